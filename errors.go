@@ -1,0 +1,76 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidOptions wraps every validation error of Options and of a dialect's own
+	// options; the message names the field.
+	ErrInvalidOptions = errors.New("outbox: invalid options")
+
+	// ErrUnknownOutcome is wrapped by a commit error whose outcome is unknown (for example
+	// the connection was lost during COMMIT): the transaction may or may not have been
+	// committed. Retry the whole unit with application-level idempotency.
+	ErrUnknownOutcome = errors.New("outbox: commit outcome unknown")
+
+	// ErrClosed is returned by a component used after Close.
+	ErrClosed = errors.New("outbox: closed")
+
+	// ErrTxDone is returned when a transaction-bound outbox is used after Commit or
+	// Rollback, or after the application completed its *sql.Tx directly.
+	ErrTxDone = errors.New("outbox: transaction already completed")
+
+	// ErrLaneOutOfRange is returned when the table holds lane values that the configured
+	// lane count cannot own (writers and forwarders disagree on Lanes).
+	ErrLaneOutOfRange = errors.New("outbox: lane out of range")
+
+	// ErrNotifierMismatch is returned when a notifier serving another outbox table is
+	// linked to a publisher.
+	ErrNotifierMismatch = errors.New("outbox: notifier serves another outbox table")
+
+	// ErrInvalidRecord is wrapped by insert errors for a record that cannot be stored
+	// (zero id, lane out of range, ...); nothing of the batch is written.
+	ErrInvalidRecord = errors.New("outbox: invalid record")
+)
+
+// RetryableError marks a transient database error (deadlock, lock wait timeout,
+// serialization failure): the same operation may succeed when tried again.
+type RetryableError struct {
+	Err error
+}
+
+func (e *RetryableError) Error() string { return "outbox: retryable: " + e.Err.Error() }
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// IsRetryable reports whether err (or an error it wraps) is a transient database error
+// that a dialect translated into a *RetryableError.
+func IsRetryable(err error) bool {
+	var r *RetryableError
+	return errors.As(err, &r)
+}
+
+// CorruptRowError identifies a stored row that cannot be decoded. Stores set it on
+// Record.Corrupt so that a forwarder can park exactly that row and go on.
+type CorruptRowError struct {
+	ID     ID
+	Column string
+	Err    error
+}
+
+func (e *CorruptRowError) Error() string {
+	return fmt.Sprintf("outbox: row %s: corrupt %s: %v", e.ID, e.Column, e.Err)
+}
+func (e *CorruptRowError) Unwrap() error { return e.Err }
+
+// invalidOption builds an ErrInvalidOptions error naming the field.
+func invalidOption(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...))
+}
+
+// InvalidOption returns an error wrapping ErrInvalidOptions that names the field; dialects
+// use it so that every option error reads the same.
+func InvalidOption(field, format string, args ...any) error {
+	return invalidOption(field, format, args...)
+}

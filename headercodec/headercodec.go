@@ -1,0 +1,189 @@
+// Package headercodec encodes message headers in the outbox's binary format:
+//
+//	uint32 version (= 1), uint32 entry count, then per entry
+//	uint32 name length, name bytes (UTF-8), uint32 value length, value bytes
+//
+// with every integer little-endian. Entry order, duplicate names, empty values and
+// arbitrary value bytes survive a round trip. Empty headers are the 8-byte prefix with a
+// zero count, never an empty slice. Decode never allocates more than the input can
+// describe, so hostile input cannot exhaust memory.
+package headercodec
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Version is the only format version this package reads and writes.
+const Version = 1
+
+const (
+	prefixLen = 8 // version + count
+	entryMin  = 8 // two length words
+)
+
+// Header is one entry.
+type Header struct {
+	Name  string
+	Value []byte
+}
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("headercodec: corrupt headers")
+
+// EncodedLen returns the number of bytes Encode appends for hs.
+func EncodedLen(hs []Header) int {
+	n := prefixLen
+	for i := range hs {
+		n += entryMin + len(hs[i].Name) + len(hs[i].Value)
+	}
+	return n
+}
+
+// Encode appends the encoding of hs to dst and returns the extended slice.
+func Encode(dst []byte, hs []Header) []byte {
+	dst = grow(dst, EncodedLen(hs))
+	dst = binary.LittleEndian.AppendUint32(dst, Version)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(hs)))
+	for i := range hs {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(hs[i].Name)))
+		dst = append(dst, hs[i].Name...)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(hs[i].Value)))
+		dst = append(dst, hs[i].Value...)
+	}
+	return dst
+}
+
+func grow(dst []byte, n int) []byte {
+	if cap(dst)-len(dst) < n {
+		next := make([]byte, len(dst), len(dst)+n)
+		copy(next, dst)
+		dst = next
+	}
+	return dst
+}
+
+// Decode decodes src, appending the entries to dst[:0] and returning the result. Values
+// alias src (no copy); names are new strings. On error nothing useful is returned and
+// the error wraps ErrCorrupt and says what is wrong.
+func Decode(src []byte, dst []Header) ([]Header, error) {
+	count, err := readPrefix(src)
+	if err != nil {
+		return dst[:0], err
+	}
+	if cap(dst) < count {
+		dst = make([]Header, 0, count) // count is bounded by len(src)/entryMin
+	}
+	dst = dst[:0]
+	err = walk(src, count, func(name, value []byte) {
+		dst = append(dst, Header{Name: string(name), Value: value[:len(value):len(value)]})
+	})
+	if err != nil {
+		return dst[:0], err
+	}
+	return dst, nil
+}
+
+// Validate checks that src is a well-formed encoding without allocating.
+func Validate(src []byte) error {
+	count, err := readPrefix(src)
+	if err != nil {
+		return err
+	}
+	return walk(src, count, func(_, _ []byte) {})
+}
+
+// readPrefix checks the fixed prefix and returns a count the input can hold.
+func readPrefix(src []byte) (int, error) {
+	if len(src) < prefixLen {
+		return 0, fmt.Errorf("%w: %d bytes is shorter than the 8-byte prefix", ErrCorrupt, len(src))
+	}
+	if v := binary.LittleEndian.Uint32(src); v != Version {
+		return 0, fmt.Errorf("%w: unknown version %d (want %d)", ErrCorrupt, v, Version)
+	}
+	count := binary.LittleEndian.Uint32(src[4:])
+	if room := uint64(len(src)-prefixLen) / entryMin; uint64(count) > room {
+		return 0, fmt.Errorf("%w: count %d cannot fit in %d remaining bytes", ErrCorrupt, count, len(src)-prefixLen)
+	}
+	return int(count), nil
+}
+
+func walk(src []byte, count int, visit func(name, value []byte)) error {
+	rest := src[prefixLen:]
+	for i := 0; i < count; i++ {
+		name, tail, err := field(rest, i, "name")
+		if err != nil {
+			return err
+		}
+		if !utf8.Valid(name) {
+			return fmt.Errorf("%w: entry %d: name is not valid UTF-8", ErrCorrupt, i)
+		}
+		value, tail, err := field(tail, i, "value")
+		if err != nil {
+			return err
+		}
+		visit(name, value)
+		rest = tail
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes after %d entries", ErrCorrupt, len(rest), count)
+	}
+	return nil
+}
+
+func field(b []byte, entry int, what string) (data, rest []byte, err error) {
+	if len(b) < 4 {
+		return nil, nil, fmt.Errorf("%w: entry %d: %s length past the end", ErrCorrupt, entry, what)
+	}
+	n := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if uint64(n) > uint64(len(b)) {
+		return nil, nil, fmt.Errorf("%w: entry %d: %s length %d past the end (%d bytes left)", ErrCorrupt, entry, what, n, len(b))
+	}
+	return b[:n], b[n:], nil
+}
+
+// EncodeMetadata appends the encoding of md to dst, entries sorted by name so that equal
+// maps give equal bytes.
+func EncodeMetadata(dst []byte, md message.Metadata) []byte {
+	names := make([]string, 0, len(md))
+	size := prefixLen
+	for k, v := range md {
+		names = append(names, k)
+		size += entryMin + len(k) + len(v)
+	}
+	sort.Strings(names)
+	dst = grow(dst, size)
+	dst = binary.LittleEndian.AppendUint32(dst, Version)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(names)))
+	for _, k := range names {
+		v := md[k]
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(k)))
+		dst = append(dst, k...)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(v)))
+		dst = append(dst, v...)
+	}
+	return dst
+}
+
+// DecodeMetadata decodes src into a new message.Metadata. With duplicate names the last
+// entry wins (Watermill metadata is a map).
+func DecodeMetadata(src []byte) (message.Metadata, error) {
+	count, err := readPrefix(src)
+	if err != nil {
+		return nil, err
+	}
+	md := make(message.Metadata, count)
+	err = walk(src, count, func(name, value []byte) {
+		md[string(name)] = string(value)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return md, nil
+}

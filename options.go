@@ -1,0 +1,64 @@
+package outbox
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+const (
+	// LanesDefault is the lane count used when Options.Lanes is zero.
+	LanesDefault = 64
+	// LanesMax bounds Options.Lanes; lane leases are rows, and more lanes than this only
+	// add lease traffic.
+	LanesMax = 4096
+)
+
+// Options names one outbox table and its lane count. Every writer and forwarder of a
+// table must use equal Options. Dialects add their own identifier rules on top of
+// Validate (length limits, quoting).
+type Options struct {
+	// Schema holds the tables; "" selects the connection's default (MySQL: the database
+	// of the DSN; PostgreSQL: the search path; SQL Server: dbo).
+	Schema string
+	// TablePrefix is prepended to "outbox" and "outbox_lanes".
+	TablePrefix string
+	// Lanes is the number of ordering lanes (default LanesDefault). Changing it requires
+	// draining the table first: ordering keys would map to other lanes.
+	Lanes int
+}
+
+// WithDefaults returns a copy with zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.Lanes == 0 {
+		o.Lanes = LanesDefault
+	}
+	return o
+}
+
+// Validate checks the dialect-independent rules; errors wrap ErrInvalidOptions and name
+// the field.
+func (o Options) Validate() error {
+	if o.Lanes < 1 || o.Lanes > LanesMax {
+		return invalidOption("Lanes", "must be between 1 and %d, got %d", LanesMax, o.Lanes)
+	}
+	if err := checkIdentifierPart("Schema", o.Schema); err != nil {
+		return err
+	}
+	return checkIdentifierPart("TablePrefix", o.TablePrefix)
+}
+
+func checkIdentifierPart(field, s string) error {
+	if !utf8.ValidString(s) {
+		return invalidOption(field, "is not valid UTF-8")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalidOption(field, "contains a NUL character")
+	}
+	return nil
+}
+
+// SameTable reports whether o and other name the same table with the same lane count
+// (after defaults).
+func (o Options) SameTable(other Options) bool {
+	return o.WithDefaults() == other.WithDefaults()
+}

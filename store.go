@@ -1,0 +1,201 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Store is the contract every SQL dialect implements over one outbox table (and its
+// lane-lease table). Package outboxtest runs the whole contract against a Store.
+//
+// Rules common to every method:
+//   - Every instant is supplied by the caller; stores never read a clock. Instants are
+//     stored in UTC at microsecond precision or better and returned in UTC.
+//   - Eligible means: status pending, DeliverAt <= now, and no live claim (a claim whose
+//     expiry is <= now has expired).
+//   - Every method except Insert runs on its own pooled connection in autocommit, never in
+//     a caller's transaction; when it returns nil the change is durable.
+//   - Database errors and cancellation propagate (transient ones wrapped in
+//     *RetryableError); they never turn into "no rows" or a zero count. A cancelled
+//     mutation may nevertheless have been committed.
+//   - Mutations report how many rows they changed; a stale or expired token changes
+//     nothing and reports 0 or false, with a nil error.
+//   - Ordered (lane) operations take the caller's lane-lease token and change nothing
+//     unless that lease is live (fencing across forwarders).
+type Store interface {
+	// Options returns the validated options (with defaults) the store was built with.
+	Options() Options
+
+	// CreateSchema runs the dialect's idempotent DDL (the same as its CreateScript).
+	CreateSchema(ctx context.Context) error
+
+	// Insert writes records inside the caller's transaction, in bulk. Zero DeliverAt means
+	// CreatedAt. Status, attempts, error and claim fields are ignored: rows start pending.
+	// An invalid record (zero ID, lane outside [Unordered, Lanes)) fails the whole call
+	// before anything is written; a database failure part way leaves the transaction to
+	// be rolled back by the caller.
+	Insert(ctx context.Context, tx *sql.Tx, records []Record) error
+
+	// Read returns up to len(dst) eligible rows of one lane (or unordered rows when
+	// q.Lane is Unordered) with ID > q.After, in ID order, reusing dst's storage; it never
+	// returns more rows than len(dst).
+	Read(ctx context.Context, q ReadQuery, dst []Record) ([]Record, error)
+
+	// Claim atomically takes up to c.Limit eligible rows for c.Token until c.Until,
+	// skipping rows another claimer holds or has locked, and returns them in ID order
+	// (appended to dst[:0]). Two claimers never get the same row.
+	//
+	// Unordered (c.Lane == Unordered): any eligible unordered rows.
+	// Ordered: only the head of the lane: the leading run, in ID order, of pending rows
+	// that are eligible. A head row that is not due or holds another live claim holds the
+	// whole lane (nothing is returned). Requires c.Lease to be the live lease of c.Lane.
+	Claim(ctx context.Context, c ClaimParams, dst []Record) ([]Record, error)
+
+	// Renew extends to until the live claims held by token (all of them, or only ids when
+	// given); it never shortens an expiry. It returns how many live claims it found,
+	// including those whose expiry did not change. An expired or unknown token finds 0.
+	Renew(ctx context.Context, r RenewParams) (int, error)
+
+	// Complete deletes the rows among ids whose live claim is token (a delivered row is
+	// deleted), and returns how many it deleted.
+	Complete(ctx context.Context, c CompleteParams) (int, error)
+
+	// Fail records a failed attempt of one row in one statement: with the row's live
+	// claim token it increments attempts, stores the error text, releases the claim, sets
+	// DeliverAt to RetryAt when RetryAt is after now, and parks the row when Park is set.
+	// It reports whether the row was changed; repeating it with the released token changes
+	// nothing.
+	Fail(ctx context.Context, f FailParams) (bool, error)
+
+	// Park moves one row to parked without a claim (for example a row that cannot be
+	// decoded), storing reason. A row with another live claim is not changed.
+	Park(ctx context.Context, id ID, reason string, now time.Time) (bool, error)
+
+	// Count returns the number of eligible rows across all lanes.
+	Count(ctx context.Context, now time.Time) (int64, error)
+
+	// Stats returns, per lane with pending rows (Unordered included), the eligible count
+	// and the oldest eligible row's DeliverAt, plus the parked count.
+	Stats(ctx context.Context, now time.Time) (Stats, error)
+
+	// MaxLane returns the greatest lane value present in the table (pending or parked),
+	// or Unordered when no row has a lane.
+	MaxLane(ctx context.Context) (int, error)
+
+	// ListParked returns up to q.Limit parked rows with ID > q.After in ID order,
+	// optionally only those of one ordering key.
+	ListParked(ctx context.Context, q ParkedQuery) ([]Record, error)
+	// Requeue moves the parked rows the filter selects back to pending, due at now, with
+	// attempts reset to 0; it returns how many moved.
+	Requeue(ctx context.Context, f ParkedFilter, now time.Time) (int, error)
+	// Purge deletes the parked rows the filter selects and returns how many.
+	Purge(ctx context.Context, f ParkedFilter) (int, error)
+
+	// AcquireLease takes lane for owner with token until until, when the lane has no
+	// lease or its lease has expired at now (a takeover replaces the token). It reports
+	// whether the caller now holds the lease. Acquiring a lane the same token already
+	// holds extends it.
+	AcquireLease(ctx context.Context, l LeaseParams) (bool, error)
+	// RenewLease extends a live lease held with token; never shortens it.
+	RenewLease(ctx context.Context, l LeaseParams) (bool, error)
+	// ReleaseLease gives up a lease held with token (live or not) so another forwarder can
+	// take it at once.
+	ReleaseLease(ctx context.Context, lane int, token Token) (bool, error)
+	// Leases lists every lease row (live or expired), ordered by lane.
+	Leases(ctx context.Context) ([]Lease, error)
+}
+
+// ReadQuery selects rows for Store.Read.
+type ReadQuery struct {
+	Lane  int // Unordered or a lane number
+	After ID  // exclusive cursor; the zero ID reads from the start
+	Now   time.Time
+}
+
+// ClaimParams parameterises Store.Claim.
+type ClaimParams struct {
+	Lane  int // Unordered or a lane number
+	Limit int
+	Now   time.Time
+	Until time.Time // expiry of the new claim; must be after Now
+	Token Token     // fresh, non-zero
+	Lease Token     // the caller's live lease on Lane; required when Lane != Unordered
+}
+
+// RenewParams parameterises Store.Renew.
+type RenewParams struct {
+	Token Token
+	IDs   []ID // optional: only these rows
+	Now   time.Time
+	Until time.Time
+	Lane  int   // Unordered, or the lane whose lease must be live
+	Lease Token // required when Lane != Unordered
+}
+
+// CompleteParams parameterises Store.Complete.
+type CompleteParams struct {
+	Token Token
+	IDs   []ID
+	Now   time.Time
+	Lane  int   // Unordered, or the lane whose lease must be live
+	Lease Token // required when Lane != Unordered
+}
+
+// FailParams parameterises Store.Fail.
+type FailParams struct {
+	ID      ID
+	Token   Token
+	Now     time.Time
+	Error   string
+	RetryAt time.Time // when after Now, the row becomes due again only then
+	Park    bool
+	Lane    int   // Unordered, or the lane whose lease must be live
+	Lease   Token // required when Lane != Unordered
+}
+
+// ParkedQuery pages through parked rows.
+type ParkedQuery struct {
+	After       ID
+	Limit       int
+	OrderingKey *string // nil = any key
+}
+
+// ParkedFilter selects parked rows for Requeue and Purge: the rows listed in IDs, or
+// all rows of OrderingKey, or every parked row when All is set. Exactly one selector
+// must be given.
+type ParkedFilter struct {
+	IDs         []ID
+	OrderingKey *string
+	All         bool
+}
+
+// LeaseParams parameterises AcquireLease and RenewLease.
+type LeaseParams struct {
+	Lane  int
+	Owner string // free text naming the holder (host/process), for operators
+	Token Token
+	Now   time.Time
+	Until time.Time
+}
+
+// Lease is one row of the lane-lease table.
+type Lease struct {
+	Lane      int
+	Owner     string
+	Token     Token
+	ExpiresAt time.Time
+}
+
+// LaneStats is the backlog of one lane (or of unordered rows, Lane == Unordered).
+type LaneStats struct {
+	Lane           int
+	Eligible       int64
+	OldestEligible time.Time // DeliverAt of the oldest eligible row; zero when none
+}
+
+// Stats is a backlog snapshot for metrics.
+type Stats struct {
+	Lanes  []LaneStats // ordered by lane, Unordered first; only lanes with eligible rows
+	Parked int64
+}
