@@ -20,7 +20,8 @@ type Options struct {
 	// Schema holds the tables; "" selects the connection's default (MySQL: the database
 	// of the DSN; PostgreSQL: the search path; SQL Server: dbo).
 	Schema string
-	// TablePrefix is prepended to "outbox" and "outbox_lanes".
+	// TablePrefix is prepended to the three table names: "outbox" (the rows),
+	// "outbox_lanes" (lane leases) and "outbox_nodes" (forwarder heartbeats).
 	TablePrefix string
 	// Lanes is the number of ordering lanes (default LanesDefault). Changing it requires
 	// draining the table first: ordering keys would map to other lanes.
@@ -62,3 +63,8 @@ func checkIdentifierPart(field, s string) error {
 func (o Options) SameTable(other Options) bool {
 	return o.WithDefaults() == other.WithDefaults()
 }
+
+// Unquoted table names; dialects quote them (and the schema) with their one helper.
+func (o Options) OutboxTable() string { return o.TablePrefix + "outbox" }
+func (o Options) LanesTable() string  { return o.TablePrefix + "outbox_lanes" }
+func (o Options) NodesTable() string  { return o.TablePrefix + "outbox_nodes" }

@@ -104,6 +104,14 @@ type Store interface {
 	ReleaseLease(ctx context.Context, lane int, token Token) (bool, error)
 	// Leases lists every lease row (live or expired), ordered by lane.
 	Leases(ctx context.Context) ([]Lease, error)
+
+	// Heartbeat records in the members table that owner (one forwarder instance) is alive
+	// until until; forwarders share lanes among the live members.
+	Heartbeat(ctx context.Context, owner string, until time.Time) error
+	// Members lists the owners whose heartbeat is live at now, sorted.
+	Members(ctx context.Context, now time.Time) ([]string, error)
+	// Leave removes owner's heartbeat (graceful shutdown).
+	Leave(ctx context.Context, owner string) error
 }
 
 // ReadQuery selects rows for Store.Read.
@@ -121,6 +129,11 @@ type ClaimParams struct {
 	Until time.Time // expiry of the new claim; must be after Now
 	Token Token     // fresh, non-zero
 	Lease Token     // the caller's live lease on Lane; required when Lane != Unordered
+
+	// HoldParkedKeys (ordered only): a row whose ordering key has a parked row with a
+	// smaller ID in the same lane is held; it neither is claimed nor holds the lane, so
+	// other keys of the lane flow on ("park the key").
+	HoldParkedKeys bool
 }
 
 // RenewParams parameterises Store.Renew.
