@@ -13,7 +13,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -46,6 +47,10 @@ func EncodedLen(hs []Header) int {
 }
 
 // Encode appends the encoding of hs to dst and returns the extended slice.
+//
+// Names must be valid UTF-8. Encode cannot fail, so it does not check: a caller whose
+// names come from outside checks the result with Validate before storing it, since
+// Decode rejects invalid names.
 func Encode(dst []byte, hs []Header) []byte {
 	dst = grow(dst, EncodedLen(hs))
 	dst = binary.LittleEndian.AppendUint32(dst, Version)
@@ -69,24 +74,50 @@ func grow(dst []byte, n int) []byte {
 }
 
 // Decode decodes src, appending the entries to dst[:0] and returning the result. Values
-// alias src (no copy); names are new strings. On error nothing useful is returned and
-// the error wraps ErrCorrupt and says what is wrong.
+// alias src (no copy); names are substrings of one new string holding all of them, so
+// decoding into a reused dst costs at most one allocation. On error nothing useful is
+// returned and the error wraps ErrCorrupt and says what is wrong.
 func Decode(src []byte, dst []Header) ([]Header, error) {
 	count, err := readPrefix(src)
 	if err != nil {
+		return dst[:0], err
+	}
+	// First pass: validate everything before allocating, and size the names.
+	namesLen := 0
+	if err := walk(src, count, func(name, _ []byte) { namesLen += len(name) }); err != nil {
 		return dst[:0], err
 	}
 	if cap(dst) < count {
 		dst = make([]Header, 0, count) // count is bounded by len(src)/entryMin
 	}
 	dst = dst[:0]
-	err = walk(src, count, func(name, value []byte) {
-		dst = append(dst, Header{Name: string(name), Value: value[:len(value):len(value)]})
-	})
-	if err != nil {
-		return dst[:0], err
+	var names string
+	if namesLen > 0 {
+		var sb strings.Builder
+		sb.Grow(namesLen)
+		for rest, i := src[prefixLen:], 0; i < count; i++ {
+			var name []byte
+			name, _, rest = next(rest)
+			sb.Write(name)
+		}
+		names = sb.String()
+	}
+	off := 0
+	for rest, i := src[prefixLen:], 0; i < count; i++ {
+		var name, value []byte
+		name, value, rest = next(rest)
+		dst = append(dst, Header{Name: names[off : off+len(name)], Value: value[:len(value):len(value)]})
+		off += len(name)
 	}
 	return dst, nil
+}
+
+// next splits one entry off input that walk has already validated.
+func next(b []byte) (name, value, rest []byte) {
+	n := 4 + int(binary.LittleEndian.Uint32(b))
+	name, b = b[4:n], b[n:]
+	n = 4 + int(binary.LittleEndian.Uint32(b))
+	return name, b[4:n], b[n:]
 }
 
 // Validate checks that src is a well-formed encoding without allocating.
@@ -138,7 +169,7 @@ func walk(src []byte, count int, visit func(name, value []byte)) error {
 
 func field(b []byte, entry int, what string) (data, rest []byte, err error) {
 	if len(b) < 4 {
-		return nil, nil, fmt.Errorf("%w: entry %d: %s length past the end", ErrCorrupt, entry, what)
+		return nil, nil, fmt.Errorf("%w: entry %d: %s length past the end (%d bytes left, need 4)", ErrCorrupt, entry, what, len(b))
 	}
 	n := binary.LittleEndian.Uint32(b)
 	b = b[4:]
@@ -148,16 +179,35 @@ func field(b []byte, entry int, what string) (data, rest []byte, err error) {
 	return b[:n], b[n:], nil
 }
 
+// EncodedMetadataLen returns the number of bytes EncodeMetadata appends for md, so that
+// a caller can size one buffer for the headers and whatever follows them.
+func EncodedMetadataLen(md message.Metadata) int {
+	n := prefixLen
+	for k, v := range md {
+		n += entryMin + len(k) + len(v)
+	}
+	return n
+}
+
+// sortOnStack is the metadata size up to which EncodeMetadata sorts the names in a
+// stack array, so that encoding allocates nothing when dst has room.
+const sortOnStack = 32
+
 // EncodeMetadata appends the encoding of md to dst, entries sorted by name so that equal
-// maps give equal bytes.
+// maps give equal bytes. It allocates only to grow dst (and, above 32 entries, for the
+// sorted names).
 func EncodeMetadata(dst []byte, md message.Metadata) []byte {
-	names := make([]string, 0, len(md))
+	var stack [sortOnStack]string
+	names := stack[:0]
+	if len(md) > sortOnStack {
+		names = make([]string, 0, len(md))
+	}
 	size := prefixLen
 	for k, v := range md {
 		names = append(names, k)
 		size += entryMin + len(k) + len(v)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	dst = grow(dst, size)
 	dst = binary.LittleEndian.AppendUint32(dst, Version)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(names)))
@@ -172,18 +222,22 @@ func EncodeMetadata(dst []byte, md message.Metadata) []byte {
 }
 
 // DecodeMetadata decodes src into a new message.Metadata. With duplicate names the last
-// entry wins (Watermill metadata is a map).
+// entry wins (Watermill metadata is a map). Names and values are substrings of one copy
+// of src, so the allocations are that copy and the map, whatever the entry count.
 func DecodeMetadata(src []byte) (message.Metadata, error) {
-	count, err := readPrefix(src)
-	if err != nil {
+	if err := Validate(src); err != nil {
 		return nil, err
 	}
+	count := int(binary.LittleEndian.Uint32(src[4:]))
 	md := make(message.Metadata, count)
-	err = walk(src, count, func(name, value []byte) {
-		md[string(name)] = string(value)
-	})
-	if err != nil {
-		return nil, err
+	all := string(src)
+	for off, i := prefixLen, 0; i < count; i++ {
+		n := int(binary.LittleEndian.Uint32(src[off:]))
+		name := all[off+4 : off+4+n]
+		off += 4 + n
+		n = int(binary.LittleEndian.Uint32(src[off:]))
+		md[name] = all[off+4 : off+4+n]
+		off += 4 + n
 	}
 	return md, nil
 }
