@@ -1,0 +1,49 @@
+//go:build suite
+
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+	"github.com/relayer-go/watermill-outbox/outboxtest"
+	"github.com/relayer-go/watermill-outbox/postgres"
+)
+
+func harness(t testing.TB) outboxtest.Harness {
+	db := openDB(t, "")
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	dsn := testenv.DSN(t, testenv.Postgres)
+	return outboxtest.Harness{
+		Name: "postgres",
+		DB:   db,
+		NewStore: func(db *sql.DB, opts outbox.Options) (outbox.Store, error) {
+			return postgres.New(db, opts)
+		},
+		Placeholder:    func(n int) string { return fmt.Sprintf("$%d", n) },
+		QualifiedTable: postgres.QualifiedTable,
+		InvalidPrefixes: []outboxtest.InvalidPrefix{
+			{Prefix: strings.Repeat("p", postgres.MaxTablePrefixBytes+1), ErrContains: "TablePrefix"},
+			{Prefix: strings.Repeat("é", postgres.MaxTablePrefixBytes/2+1), ErrContains: "bytes"},
+		},
+		QuotePrefix: `q"x_`,
+		OpenInTimeZone: func(tz string) (*sql.DB, error) {
+			return openWith(dsn, tz)
+		},
+		OpenDB:    func() (*sql.DB, error) { return openWith(dsn, "") },
+		MaxParams: 65535,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	outboxtest.Run(t, harness(t))
+}

@@ -1,0 +1,57 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// SQLSTATEs of transient failures: the same operation may succeed when tried again.
+const (
+	sqlstateSerializationFailure = "40001"
+	sqlstateDeadlockDetected     = "40P01"
+	sqlstateLockNotAvailable     = "55P03"
+)
+
+// IsRetryableCode reports whether a SQLSTATE denotes a transient failure that this
+// dialect reports as *outbox.RetryableError.
+func IsRetryableCode(code string) bool {
+	switch code {
+	case sqlstateSerializationFailure, sqlstateDeadlockDetected, sqlstateLockNotAvailable:
+		return true
+	}
+	return false
+}
+
+// translate is the driver edge: transient server errors become *outbox.RetryableError;
+// everything else passes through unchanged (still matchable with errors.As).
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && IsRetryableCode(pg.Code) {
+		var r *outbox.RetryableError
+		if errors.As(err, &r) {
+			return err
+		}
+		return &outbox.RetryableError{Err: err}
+	}
+	return err
+}
+
+// wrap names the operation and translates err.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("postgres: %s: %w", op, translate(err))
+}
+
+// TranslateError reports err as *outbox.RetryableError when it is a transient PostgreSQL
+// failure (serialization failure, deadlock, lock not available). Callers running their
+// own statements in the outbox's transaction (the publisher) use it to classify a failed
+// commit the same way the store does.
+func TranslateError(err error) error { return translate(err) }

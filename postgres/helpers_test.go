@@ -1,0 +1,68 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+	"github.com/relayer-go/watermill-outbox/postgres"
+)
+
+// openDB opens the test database through pgx/stdlib, with the session TimeZone set when
+// tz is not empty.
+func openDB(t testing.TB, tz string) *sql.DB {
+	t.Helper()
+	db, err := openWith(testenv.DSN(t, testenv.Postgres), tz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		testenv.Unavailable(t, testenv.Postgres, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func openWith(dsn, tz string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if tz != "" {
+		cfg.RuntimeParams["timezone"] = tz
+	}
+	return stdlib.OpenDB(*cfg), nil
+}
+
+
+// newStore builds a store with fresh tables (dropped at the end of the test).
+func newStore(t testing.TB, db *sql.DB, opts outbox.Options) *postgres.Store {
+	t.Helper()
+	if opts.TablePrefix == "" {
+		opts.TablePrefix = testenv.Prefix(t)
+	}
+	s, err := postgres.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		o := s.Options()
+		for _, tbl := range []string{o.OutboxTable(), o.LanesTable(), o.NodesTable()} {
+			if _, err := db.Exec("DROP TABLE IF EXISTS " + postgres.QualifiedTable(o, tbl)); err != nil {
+				t.Errorf("drop %s: %v", tbl, err)
+			}
+		}
+	})
+	if err := s.CreateSchema(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// MaxIdentifierBytes is PostgreSQL's identifier limit (NAMEDATALEN-1). Longer names are
+// silently truncated by the server, so two prefixes could name the same tables: we refuse
+// them instead.
+const MaxIdentifierBytes = 63
+
+// Suffixes of every name the DDL generates from the table prefix. The longest one decides
+// how long a prefix may be (MaxTablePrefixBytes).
+const (
+	suffixOutbox    = "outbox"
+	suffixLanes     = "outbox_lanes"
+	suffixNodes     = "outbox_nodes"
+	suffixLaneIx    = "outbox_lane_ix"    // head of one lane
+	suffixDueIx     = "outbox_due_ix"     // unordered due rows
+	suffixParkedIx  = "outbox_parked_ix"  // parked rows by id (ListParked, Purge, Requeue)
+	suffixParkKeyIx = "outbox_parkkey_ix" // parked rows by key (HoldParkedKeys, key filters)
+)
+
+var generatedSuffixes = []string{
+	suffixOutbox, suffixLanes, suffixNodes, suffixLaneIx, suffixDueIx, suffixParkedIx, suffixParkKeyIx,
+}
+
+// MaxTablePrefixBytes is the longest table prefix, in bytes, whose generated table and
+// index names all fit in MaxIdentifierBytes.
+var MaxTablePrefixBytes = func() int {
+	longest := 0
+	for _, s := range generatedSuffixes {
+		longest = max(longest, len(s))
+	}
+	return MaxIdentifierBytes - longest
+}()
+
+// quoteIdent is the one place identifiers are quoted: double quotes, embedded quotes
+// doubled. Options validation has already rejected NUL and invalid UTF-8.
+func quoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// names holds every identifier of one outbox, quoted (tables schema-qualified when a
+// schema is given; index names are never qualified: an index lives in its table's schema).
+type names struct {
+	schema                         string // quoted, "" when none
+	outbox, lanes, nodes           string // quoted, qualified
+	laneIx, dueIx, parkedIx, keyIx string // quoted
+}
+
+// validateOptions applies defaults, the dialect-independent rules and PostgreSQL's
+// identifier limit. Errors wrap outbox.ErrInvalidOptions and name the field.
+func validateOptions(opts outbox.Options) (outbox.Options, error) {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return opts, err
+	}
+	if n := len(opts.Schema); n > MaxIdentifierBytes {
+		return opts, outbox.InvalidOption("Schema", "is %d bytes; PostgreSQL identifiers are at most %d bytes", n, MaxIdentifierBytes)
+	}
+	if n := len(opts.TablePrefix); n > MaxTablePrefixBytes {
+		return opts, outbox.InvalidOption("TablePrefix",
+			"is %d bytes; at most %d bytes (PostgreSQL identifiers are at most %d bytes and the longest generated name adds %d)",
+			n, MaxTablePrefixBytes, MaxIdentifierBytes, MaxIdentifierBytes-MaxTablePrefixBytes)
+	}
+	return opts, nil
+}
+
+func newNames(opts outbox.Options) names {
+	n := names{}
+	qualify := func(table string) string { return quoteIdent(table) }
+	if opts.Schema != "" {
+		n.schema = quoteIdent(opts.Schema)
+		qualify = func(table string) string { return n.schema + "." + quoteIdent(table) }
+	}
+	p := opts.TablePrefix
+	n.outbox = qualify(p + suffixOutbox)
+	n.lanes = qualify(p + suffixLanes)
+	n.nodes = qualify(p + suffixNodes)
+	n.laneIx = quoteIdent(p + suffixLaneIx)
+	n.dueIx = quoteIdent(p + suffixDueIx)
+	n.parkedIx = quoteIdent(p + suffixParkedIx)
+	n.keyIx = quoteIdent(p + suffixParkKeyIx)
+	return n
+}
+
+// QualifiedTable returns the quoted, schema-qualified name of table (an unquoted name such
+// as opts.OutboxTable()) for raw SQL against the outbox's schema.
+func QualifiedTable(opts outbox.Options, table string) string {
+	if opts.Schema == "" {
+		return quoteIdent(table)
+	}
+	return quoteIdent(opts.Schema) + "." + quoteIdent(table)
+}
+
+// zeroBytes16 is the zero id / zero token as a bytea expression (independent of
+// standard_conforming_strings).
+const zeroBytes16 = `decode('00000000000000000000000000000000', 'hex')`
+
+// CreateScript returns idempotent DDL for the outbox of opts: the schema (only when
+// opts.Schema is set), the rows table, the lane-lease table, the heartbeat table and the
+// indexes of the hot reads. It can run any number of times; it never alters an existing
+// table. Invalid options give an error wrapping outbox.ErrInvalidOptions.
+func CreateScript(opts outbox.Options) (string, error) {
+	opts, err := validateOptions(opts)
+	if err != nil {
+		return "", err
+	}
+	return createScript(newNames(opts)), nil
+}
+
+func createScript(n names) string {
+	var b strings.Builder
+	if n.schema != "" {
+		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", n.schema)
+	}
+	fmt.Fprintf(&b, `CREATE TABLE IF NOT EXISTS %[1]s (
+    id               bytea       NOT NULL PRIMARY KEY
+                     CHECK (octet_length(id) = 16 AND id <> %[2]s),
+    message_uuid     text        NOT NULL DEFAULT '',
+    lane             integer     NULL CHECK (lane >= 0),
+    ordering_key     text        NULL,
+    transport        text        NOT NULL DEFAULT '',
+    destination      text        NOT NULL,
+    message_type     text        NULL,
+    headers          bytea       NOT NULL CHECK (octet_length(headers) >= 8),
+    body             bytea       NOT NULL,
+    tenant_id        text        NULL,
+    created_at       timestamptz NOT NULL,
+    deliver_at       timestamptz NOT NULL,
+    attempts         integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    last_error       text        NULL,
+    status           text        NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'parked')),
+    claim_token      bytea       NULL,
+    claim_expires_at timestamptz NULL,
+    CHECK ((claim_token IS NULL AND claim_expires_at IS NULL)
+        OR (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL
+            AND octet_length(claim_token) = 16 AND claim_token <> %[2]s))
+) WITH (fillfactor = 90);
+`, n.outbox, zeroBytes16)
+	// fillfactor leaves room on each page so that claims, renewals and failures (which
+	// touch no indexed column) stay HOT updates.
+
+	// Head of one lane: pending rows of the lane in id order.
+	fmt.Fprintf(&b, "CREATE INDEX IF NOT EXISTS %s ON %s (lane, id) WHERE status = 'pending' AND lane IS NOT NULL;\n", n.laneIx, n.outbox)
+	// Unordered due rows: pending rows without a lane in id order (deliver_at is a filter;
+	// keeping it out of the index keeps Fail's retry update HOT).
+	fmt.Fprintf(&b, "CREATE INDEX IF NOT EXISTS %s ON %s (id) WHERE status = 'pending' AND lane IS NULL;\n", n.dueIx, n.outbox)
+	// Parked rows are few; these keep parked listings and the park-the-key check off the
+	// pending rows.
+	fmt.Fprintf(&b, "CREATE INDEX IF NOT EXISTS %s ON %s (id) WHERE status = 'parked';\n", n.parkedIx, n.outbox)
+	fmt.Fprintf(&b, "CREATE INDEX IF NOT EXISTS %s ON %s (ordering_key, id) WHERE status = 'parked';\n", n.keyIx, n.outbox)
+
+	fmt.Fprintf(&b, `CREATE TABLE IF NOT EXISTS %s (
+    lane       integer     NOT NULL PRIMARY KEY CHECK (lane >= 0),
+    owner      text        NOT NULL,
+    token      bytea       NOT NULL CHECK (octet_length(token) = 16 AND token <> %s),
+    expires_at timestamptz NOT NULL
+);
+`, n.lanes, zeroBytes16)
+	fmt.Fprintf(&b, `CREATE TABLE IF NOT EXISTS %s (
+    owner      text        NOT NULL PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
+`, n.nodes)
+	return b.String()
+}

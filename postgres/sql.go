@@ -1,0 +1,225 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+)
+
+// All of the dialect's SQL is built here, once per Store, from the quoted names.
+
+// selectColumns is the column list every read, claim and listing returns; scanRecord
+// scans it in this order.
+const selectColumns = `id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, ` +
+	`tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at`
+
+// prefixed returns selectColumns with every column qualified by alias.
+func prefixed(alias string) string {
+	cols := strings.Split(selectColumns, ", ")
+	for i := range cols {
+		cols[i] = alias + "." + cols[i]
+	}
+	return strings.Join(cols, ", ")
+}
+
+// eligible is the eligibility rule over alias with the instant in parameter now.
+func eligible(alias, now string) string {
+	return fmt.Sprintf("%[1]s.status = 'pending' AND %[1]s.deliver_at <= %[2]s AND (%[1]s.claim_expires_at IS NULL OR %[1]s.claim_expires_at <= %[2]s)", alias, now)
+}
+
+// liveLease is the fencing condition: the lease token of lane is live at now.
+func (q *queries) liveLease(lane, token, now string) string {
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS f WHERE f.lane = %s AND f.token = %s AND f.expires_at > %s)", q.n.lanes, lane, token, now)
+}
+
+// params numbers bind parameters as a statement is assembled from optional parts.
+type params struct{ n int }
+
+func (p *params) next() string { p.n++; return fmt.Sprintf("$%d", p.n) }
+
+type queries struct {
+	n names
+
+	insert string
+
+	readLane, readUnordered string
+
+	claimUnordered           string
+	claimLane, claimLaneHold string
+
+	// indexed by variant: bit 0 = with ids, bit 1 = fenced by a lane lease
+	renew [4]string
+	// indexed by fenced
+	complete [2]string
+	fail     [2]string
+
+	park     string
+	count    string
+	stats    string
+	maxLane  string
+	parked   [3]string // any key, one key, NULL key
+	requeue  [3]string // ids, key, NULL key; all = requeueAll
+	purge    [3]string
+	requeueA string
+	purgeA   string
+
+	acquireLease, renewLease, releaseLease, leases string
+	heartbeat, members, leave                      string
+}
+
+const (
+	keyAny = iota
+	keyOne
+	keyNull
+)
+
+func newQueries(n names) *queries {
+	q := &queries{n: n}
+	t := n.outbox
+
+	// One statement for any batch size: one array per column, unnested server-side.
+	// Empty strings and the Unordered lane become NULLs here so the client binds plain
+	// slices (no per-row wrappers).
+	q.insert = `INSERT INTO ` + t + ` (id, message_uuid, lane, ordering_key, transport, destination, message_type, ` +
+		`headers, body, tenant_id, created_at, deliver_at) ` +
+		`SELECT u.id, u.mu, NULLIF(u.lane, -1), NULLIF(u.ok, ''), u.tr, u.dst, NULLIF(u.mt, ''), u.h, u.b, NULLIF(u.tn, ''), u.ca, u.da ` +
+		`FROM unnest($1::bytea[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[], $7::text[], ` +
+		`$8::bytea[], $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[]) ` +
+		`AS u(id, mu, lane, ok, tr, dst, mt, h, b, tn, ca, da)`
+
+	q.readLane = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.id > $2 AND ` +
+		eligible("o", "$3") + ` ORDER BY o.id LIMIT $4`
+	q.readUnordered = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane IS NULL AND o.id > $1 AND ` +
+		eligible("o", "$2") + ` ORDER BY o.id LIMIT $3`
+
+	// $1 token, $2 until, $3 now, $4 limit. The CTE is evaluated once; FOR UPDATE SKIP
+	// LOCKED re-checks eligibility on rows changed since the snapshot and passes over rows
+	// other claimers hold locked.
+	q.claimUnordered = `WITH c AS (SELECT s.id FROM ` + t + ` AS s WHERE s.lane IS NULL AND ` + eligible("s", "$3") +
+		` ORDER BY s.id LIMIT $4 FOR UPDATE SKIP LOCKED) ` +
+		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 FROM c WHERE o.id = c.id RETURNING ` + prefixed("o")
+
+	q.claimLane = q.buildClaimLane(false)
+	q.claimLaneHold = q.buildClaimLane(true)
+
+	for v := range q.renew {
+		q.renew[v] = q.buildRenew(v&1 != 0, v&2 != 0)
+	}
+	for v := range q.complete {
+		q.complete[v] = q.buildComplete(v == 1)
+		q.fail[v] = q.buildFail(v == 1)
+	}
+
+	q.park = `UPDATE ` + t + ` SET status = 'parked', last_error = $2, claim_token = NULL, claim_expires_at = NULL ` +
+		`WHERE id = $1 AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= $3)`
+
+	q.count = `SELECT count(*) FROM ` + t + ` AS o WHERE ` + eligible("o", "$1")
+	// One statement so the lanes and the parked count come from one snapshot.
+	q.stats = `SELECT false, o.lane, count(*), min(o.deliver_at) FROM ` + t + ` AS o WHERE ` + eligible("o", "$1") +
+		` GROUP BY o.lane UNION ALL SELECT true, NULL, count(*), NULL FROM ` + t + ` WHERE status = 'parked'`
+	// Each half is answered from a partial index (pending lanes; the few parked rows).
+	q.maxLane = `SELECT GREATEST((SELECT max(lane) FROM ` + t + ` WHERE status = 'pending' AND lane IS NOT NULL), ` +
+		`(SELECT max(lane) FROM ` + t + ` WHERE status = 'parked'))`
+
+	list := `SELECT ` + selectColumns + ` FROM ` + t + ` WHERE status = 'parked' AND id > $1`
+	q.parked[keyAny] = list + ` ORDER BY id LIMIT $2`
+	q.parked[keyOne] = list + ` AND ordering_key = $3 ORDER BY id LIMIT $2`
+	q.parked[keyNull] = list + ` AND ordering_key IS NULL ORDER BY id LIMIT $2`
+
+	requeue := `UPDATE ` + t + ` SET status = 'pending', deliver_at = $1, attempts = 0 WHERE status = 'parked'`
+	q.requeue[keyAny] = requeue + ` AND id = ANY($2::bytea[])`
+	q.requeue[keyOne] = requeue + ` AND ordering_key = $2`
+	q.requeue[keyNull] = requeue + ` AND ordering_key IS NULL`
+	q.requeueA = requeue
+	purge := `DELETE FROM ` + t + ` WHERE status = 'parked'`
+	q.purge[keyAny] = purge + ` AND id = ANY($1::bytea[])`
+	q.purge[keyOne] = purge + ` AND ordering_key = $1`
+	q.purge[keyNull] = purge + ` AND ordering_key IS NULL`
+	q.purgeA = purge
+
+	// $1 lane, $2 owner, $3 token, $4 now, $5 until. INSERT ... ON CONFLICT is atomic
+	// against a concurrent acquirer; the WHERE lets through only a free (expired) lane or
+	// the holder's own token.
+	q.acquireLease = `INSERT INTO ` + n.lanes + ` AS l (lane, owner, token, expires_at) VALUES ($1, $2, $3, $5) ` +
+		`ON CONFLICT (lane) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, ` +
+		`expires_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > $4 ` +
+		`THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END ` +
+		`WHERE l.expires_at <= $4 OR l.token = EXCLUDED.token`
+	q.renewLease = `UPDATE ` + n.lanes + ` SET expires_at = GREATEST(expires_at, $4) WHERE lane = $1 AND token = $2 AND expires_at > $3`
+	q.releaseLease = `DELETE FROM ` + n.lanes + ` WHERE lane = $1 AND token = $2`
+	q.leases = `SELECT lane, owner, token, expires_at FROM ` + n.lanes + ` ORDER BY lane`
+
+	q.heartbeat = `INSERT INTO ` + n.nodes + ` AS m (owner, expires_at) VALUES ($1, $2) ` +
+		`ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at`
+	// COLLATE "C" sorts by bytes, as Go sorts strings.
+	q.members = `SELECT owner FROM ` + n.nodes + ` WHERE expires_at > $1 ORDER BY owner COLLATE "C"`
+	q.leave = `DELETE FROM ` + n.nodes + ` WHERE owner = $1`
+	return q
+}
+
+// buildClaimLane claims the head run of one lane in one statement.
+// $1 token, $2 until, $3 now, $4 limit, $5 lane, $6 lease.
+//
+//   - lease: the caller's lease must be live; FOR SHARE makes a concurrent takeover wait
+//     for this statement (and re-checks the token if one committed meanwhile).
+//   - head: the first $4 pending rows of the lane in id order (rows held by a parked key
+//     left out), each marked eligible or not.
+//   - run: the leading eligible ones; the first row not due or claimed by someone else
+//     ends the run, so it holds the rest of the lane.
+//   - locked: the run's rows locked, SKIP LOCKED, eligibility re-checked on the newest
+//     row versions.
+//   - the update takes locked rows only up to the first run row that could not be
+//     locked, so the claimed rows are always a prefix of the lane.
+func (q *queries) buildClaimLane(holdParkedKeys bool) string {
+	t := q.n.outbox
+	hold := ""
+	if holdParkedKeys {
+		hold = ` AND NOT (h.ordering_key IS NOT NULL AND EXISTS (SELECT 1 FROM ` + t + ` AS p ` +
+			`WHERE p.status = 'parked' AND p.ordering_key = h.ordering_key AND p.lane = $5 AND p.id < h.id))`
+	}
+	return `WITH lease AS (SELECT 1 FROM ` + q.n.lanes + ` AS f WHERE f.lane = $5 AND f.token = $6 AND f.expires_at > $3 FOR SHARE), ` +
+		`head AS (SELECT h.id, (h.deliver_at <= $3 AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $3)) AS ok ` +
+		`FROM ` + t + ` AS h WHERE h.lane = $5 AND h.lane IS NOT NULL AND h.status = 'pending' AND EXISTS (SELECT 1 FROM lease)` + hold +
+		` ORDER BY h.id LIMIT $4), ` +
+		`run AS (SELECT r.id FROM (SELECT id, bool_and(ok) OVER (ORDER BY id) AS open FROM head) AS r WHERE r.open), ` +
+		`locked AS (SELECT s.id FROM ` + t + ` AS s WHERE s.id IN (SELECT id FROM run) AND s.lane = $5 AND ` + eligible("s", "$3") +
+		` ORDER BY s.id FOR UPDATE SKIP LOCKED) ` +
+		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 FROM locked WHERE o.id = locked.id ` +
+		`AND NOT EXISTS (SELECT 1 FROM run WHERE run.id < o.id AND run.id NOT IN (SELECT id FROM locked)) ` +
+		`RETURNING ` + prefixed("o")
+}
+
+// buildRenew: $1 token, $2 now, $3 until, then [ids], then [lane, lease].
+func (q *queries) buildRenew(withIDs, fenced bool) string {
+	p := params{n: 3}
+	s := `UPDATE ` + q.n.outbox + ` SET claim_expires_at = GREATEST(claim_expires_at, $3) ` +
+		`WHERE claim_token = $1 AND claim_expires_at > $2 AND status = 'pending'`
+	if withIDs {
+		s += ` AND id = ANY(` + p.next() + `::bytea[])`
+	}
+	if fenced {
+		lane, lease := p.next(), p.next()
+		s += ` AND lane = ` + lane + ` AND ` + q.liveLease(lane, lease, "$2")
+	}
+	return s
+}
+
+// buildComplete: $1 token, $2 now, $3 ids, then [lane, lease].
+func (q *queries) buildComplete(fenced bool) string {
+	s := `DELETE FROM ` + q.n.outbox + ` WHERE id = ANY($3::bytea[]) AND claim_token = $1 AND claim_expires_at > $2`
+	if fenced {
+		s += ` AND lane = $4 AND ` + q.liveLease("$4", "$5", "$2")
+	}
+	return s
+}
+
+// buildFail: $1 id, $2 token, $3 now, $4 error, $5 retry at (NULL keeps deliver_at),
+// $6 park, then [lane, lease].
+func (q *queries) buildFail(fenced bool) string {
+	s := `UPDATE ` + q.n.outbox + ` SET attempts = attempts + 1, last_error = $4, claim_token = NULL, claim_expires_at = NULL, ` +
+		`deliver_at = COALESCE($5::timestamptz, deliver_at), status = CASE WHEN $6::boolean THEN 'parked' ELSE status END ` +
+		`WHERE id = $1 AND claim_token = $2 AND claim_expires_at > $3 AND status = 'pending'`
+	if fenced {
+		s += ` AND lane = $7 AND ` + q.liveLease("$7", "$8", "$3")
+	}
+	return s
+}
