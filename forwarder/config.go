@@ -1,0 +1,220 @@
+package forwarder
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// Defaults of Config; a zero field takes its default.
+const (
+	HandlerNameDefault     = "outbox_forwarder"
+	ClaimBatchDefault      = 100
+	InFlightDefault        = 256
+	LaneBatchDefault       = 16
+	ClaimTTLDefault        = 30 * time.Second
+	LeaseTTLDefault        = 10 * time.Second
+	PollIntervalDefault    = 100 * time.Millisecond
+	MaxPollIntervalDefault = time.Second
+	RetryBaseDefault       = 100 * time.Millisecond
+	RetryMaxDefault        = 30 * time.Second
+	RetryJitterDefault     = 0.2
+	MaxAttemptsDefault     = 10
+	ShutdownTimeoutDefault = 10 * time.Second
+	StatsIntervalDefault   = 5 * time.Second
+	CompleteDelayDefault   = 2 * time.Millisecond
+)
+
+// Config configures a Forwarder. It is passed by value; zero fields take the XxxDefault
+// constants.
+type Config struct {
+	// HandlerName names the router handler that AddToRouter adds; it must be unique in
+	// the router, so give each forwarder (each outbox table) its own.
+	HandlerName string
+	// Owner names this instance in lane leases and heartbeats. It must be unique among
+	// the forwarders of one table; the default is host-pid-random.
+	Owner string
+
+	// ClaimBatch bounds the unordered rows taken by one claim.
+	ClaimBatch int
+	// InFlight is the window of unordered messages handed to the handler and not yet
+	// acked or nacked. Target publishers batch or pipeline within it.
+	InFlight int
+	// LaneBatch bounds the consecutive head rows of one lane taken by one claim; they are
+	// still sent one at a time, in order.
+	LaneBatch int
+
+	// ClaimTTL is how long a claim of rows lasts; claims of rows still in flight are
+	// renewed before it runs out, so it only matters when a forwarder dies.
+	ClaimTTL time.Duration
+	// LeaseTTL is how long a lane lease and a heartbeat last; both are renewed every
+	// LeaseTTL/3. A dead forwarder's lanes move to the others after at most LeaseTTL.
+	LeaseTTL time.Duration
+
+	// PollInterval is the delay between polls while rows keep coming; empty polls double
+	// it up to MaxPollInterval. A Notify wakes the forwarder at once.
+	PollInterval    time.Duration
+	MaxPollInterval time.Duration
+
+	// RetryBase and RetryMax bound the exponential backoff of a nacked row:
+	// RetryBase*2^(attempts-1), capped at RetryMax, spread by ±RetryJitter (0..1).
+	RetryBase   time.Duration
+	RetryMax    time.Duration
+	RetryJitter float64
+	// MaxAttempts is the number of failed attempts after which a row is parked.
+	MaxAttempts int
+
+	// StopLaneOnPoison stops a lane while it holds a parked row (until the row is
+	// requeued or purged) instead of continuing with the lane's next rows.
+	StopLaneOnPoison bool
+	// HoldParkedKeys holds the later rows of an ordering key while an earlier row of that
+	// key is parked; the other keys of the lane flow on.
+	HoldParkedKeys bool
+
+	// DisableOrdered and DisableUnordered turn off one kind of rows (for example to run
+	// ordered lanes in a dedicated process). Not both.
+	DisableOrdered   bool
+	DisableUnordered bool
+
+	// ShutdownTimeout bounds how long Close waits for messages in flight.
+	ShutdownTimeout time.Duration
+	// StatsInterval is how often the backlog (store.Stats) is sampled for Stats and
+	// Metrics; negative disables sampling.
+	StatsInterval time.Duration
+	// CompleteDelay is how long acks of unordered rows are coalesced into one delete.
+	CompleteDelay time.Duration
+
+	// Now is the clock (default time.Now); every instant given to the store comes from
+	// it.
+	Now func() time.Time
+	// Metrics receives counters and gauges; nil disables them. See package
+	// forwarder/prometheus for a Prometheus adapter.
+	Metrics Metrics
+}
+
+func (c *Config) setDefaults() {
+	if c.HandlerName == "" {
+		c.HandlerName = HandlerNameDefault
+	}
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	setInt(&c.ClaimBatch, ClaimBatchDefault)
+	setInt(&c.InFlight, InFlightDefault)
+	setInt(&c.LaneBatch, LaneBatchDefault)
+	setInt(&c.MaxAttempts, MaxAttemptsDefault)
+	setDur(&c.ClaimTTL, ClaimTTLDefault)
+	setDur(&c.LeaseTTL, LeaseTTLDefault)
+	setDur(&c.PollInterval, PollIntervalDefault)
+	setDur(&c.MaxPollInterval, MaxPollIntervalDefault)
+	setDur(&c.RetryBase, RetryBaseDefault)
+	setDur(&c.RetryMax, RetryMaxDefault)
+	setDur(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	setDur(&c.StatsInterval, StatsIntervalDefault)
+	setDur(&c.CompleteDelay, CompleteDelayDefault)
+	if c.RetryJitter == 0 {
+		c.RetryJitter = RetryJitterDefault
+	}
+	if c.MaxPollInterval < c.PollInterval {
+		c.MaxPollInterval = c.PollInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func setInt(p *int, d int) {
+	if *p == 0 {
+		*p = d
+	}
+}
+
+func setDur(p *time.Duration, d time.Duration) {
+	if *p == 0 {
+		*p = d
+	}
+}
+
+// Validate checks c after defaults; every error wraps outbox.ErrInvalidOptions and names
+// the field.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, outbox.InvalidOption("forwarder.Config."+field, format, args...))
+	}
+	positive := map[string]int{"ClaimBatch": c.ClaimBatch, "InFlight": c.InFlight, "LaneBatch": c.LaneBatch, "MaxAttempts": c.MaxAttempts}
+	for _, f := range []string{"ClaimBatch", "InFlight", "LaneBatch", "MaxAttempts"} {
+		if positive[f] < 1 {
+			bad(f, "must be at least 1, got %d", positive[f])
+		}
+	}
+	durs := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"ClaimTTL", c.ClaimTTL}, {"LeaseTTL", c.LeaseTTL}, {"PollInterval", c.PollInterval},
+		{"MaxPollInterval", c.MaxPollInterval}, {"RetryBase", c.RetryBase}, {"RetryMax", c.RetryMax},
+		{"ShutdownTimeout", c.ShutdownTimeout}, {"CompleteDelay", c.CompleteDelay},
+	}
+	for _, d := range durs {
+		if d.d <= 0 {
+			bad(d.name, "must be positive, got %s", d.d)
+		}
+	}
+	if c.LeaseTTL > 0 && c.LeaseTTL < 30*time.Millisecond {
+		bad("LeaseTTL", "must be at least 30ms, got %s", c.LeaseTTL)
+	}
+	if c.ClaimTTL > 0 && c.ClaimTTL < 30*time.Millisecond {
+		bad("ClaimTTL", "must be at least 30ms, got %s", c.ClaimTTL)
+	}
+	if c.RetryMax < c.RetryBase {
+		bad("RetryMax", "must not be below RetryBase (%s), got %s", c.RetryBase, c.RetryMax)
+	}
+	if c.RetryJitter < 0 || c.RetryJitter > 1 || math.IsNaN(c.RetryJitter) {
+		bad("RetryJitter", "must be between 0 and 1, got %v", c.RetryJitter)
+	}
+	if c.DisableOrdered && c.DisableUnordered {
+		bad("DisableOrdered", "and DisableUnordered are both set: nothing to forward")
+	}
+	if c.HandlerName == "" {
+		bad("HandlerName", "must not be empty")
+	}
+	if c.Owner == "" {
+		bad("Owner", "must not be empty")
+	}
+	if c.Now == nil {
+		bad("Now", "must not be nil")
+	}
+	return errors.Join(errs...)
+}
+
+// backoff returns the delay before the attempt that follows `attempts` failed ones.
+func (c *Config) backoff(attempts int) time.Duration {
+	if attempts < 1 {
+		attempts = 1
+	}
+	d := float64(c.RetryBase) * math.Pow(2, float64(attempts-1))
+	if d > float64(c.RetryMax) || math.IsInf(d, 0) {
+		d = float64(c.RetryMax)
+	}
+	if c.RetryJitter > 0 {
+		d *= 1 + c.RetryJitter*(2*rand.Float64()-1)
+	}
+	if d > float64(c.RetryMax) {
+		d = float64(c.RetryMax)
+	}
+	return time.Duration(d)
+}
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s-%d-%08x", host, os.Getpid(), rand.Uint32())
+}

@@ -1,0 +1,78 @@
+// Package forwarder moves rows of an outbox table to Watermill publishers.
+//
+// A Forwarder is a message.Subscriber over one outbox table: it claims rows and emits
+// them as messages with their original UUID, metadata and payload; the row travels in
+// the message's context (RowFromContext). Its Handler republishes each message to the
+// publisher of the row's transport (Targets) under the row's destination topic. Run both
+// in a Watermill router with AddToRouter, so router middleware (Retry, Recoverer,
+// Throttle, metrics) applies as to any handler; several forwarders (several tables) fit
+// in one router under distinct Config.HandlerName values. Run is a shortcut that builds
+// a router of its own.
+//
+// # Delivery
+//
+// Delivery is at least once: a row is deleted after its message is acked, so a crash
+// between the send and the delete sends it again; consumers dedupe by message UUID.
+// A nacked message is failed with exponential backoff (RetryBase·2^(attempts-1), capped
+// at RetryMax, ±RetryJitter) and parked after MaxAttempts. A row that cannot be sent at
+// all (unknown transport, missing destination, undecodable headers) is parked at once
+// with the reason in its last_error; the forwarder keeps going.
+//
+// # Unordered rows
+//
+// Rows without an ordering key are claimed in batches (ClaimBatch) with a fresh token by
+// the store's SKIP LOCKED / READPAST claim, so any number of forwarders share them. Up
+// to InFlight messages are in flight at once; acks are coalesced into batched deletes
+// (after CompleteDelay or when a batch fills); claims of rows still in flight are renewed
+// before ClaimTTL runs out.
+//
+// # Ordered lanes
+//
+// Rows with an ordering key live in one of the table's lanes. Lane leases spread the
+// lanes over the running forwarders: each forwarder heartbeats into the members table
+// every LeaseTTL/3 and aims at its fair share (lanes/K for K live members, one more for
+// the first lanes%K members in name order), acquiring free or expired leases and handing
+// surplus lanes over at its next renewal. A forwarder that dies loses its lanes when its
+// leases expire (LeaseTTL).
+//
+// Each held lane has a worker that claims the head run of the lane (up to LaneBatch
+// rows) and sends one message at a time, in id order, deleting each row (fenced by the
+// lease token) before it sends the next. A head row that is not yet due, or that holds a
+// live claim of someone else, holds the whole lane: ordering beats scheduling, so a row
+// scheduled for later delays the rows written after it in its lane. When a lease renewal
+// or a fenced delete is refused, the worker stops at once: a forwarder that lost its
+// lease (paused, partitioned) neither completes nor sends further rows of that lane.
+//
+// A nacked head is retried after its backoff while the rows behind it wait. After
+// MaxAttempts it is parked and the lane continues, or, with StopLaneOnPoison, the lane
+// stops until the parked row is requeued or purged; with HoldParkedKeys only later rows
+// of the parked row's ordering key are held.
+//
+// # Latency and polling
+//
+// The Forwarder is an outbox.Notifier: link it to the publisher (same process) and a
+// commit wakes the worker of each committed lane held here, and the unordered claimer,
+// at once. Polling finds everything else (other processes' commits, rows of crashed
+// writers, expired claims, scheduled rows coming due) every PollInterval while rows
+// keep coming, backing off to MaxPollInterval when idle. A dropped wake-up only delays a
+// row until the next poll.
+//
+// # Shutdown
+//
+// Close (or the router's close) stops claiming, lets messages in flight finish for up
+// to ShutdownTimeout (a lane worker also sends the few head rows it has claimed, so their
+// claims do not hold the lane), flushes deletes, releases every lane lease and leaves the
+// members table, so other forwarders take the lanes over at their next lease round.
+// Rows still unsettled at the deadline keep their claims until ClaimTTL; the store has
+// no way to release a claim without counting an attempt, so they are sent again after
+// their claims expire. A lane handed over while its head waits for a retry resumes on
+// its new owner when the claims of the rows queued behind it expire.
+//
+// # Observability
+//
+// Stats returns counters (sent, failed, parked, in flight, per lane and unordered) and
+// the last sample of the backlog (eligible count and oldest eligible row per lane, from
+// store.Stats every StatsInterval). Health fails when the oldest eligible row is older
+// than a threshold. Metrics receives the same figures; package forwarder/prometheus
+// adapts them to Prometheus. Logs go through the watermill.LoggerAdapter.
+package forwarder

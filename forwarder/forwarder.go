@@ -1,0 +1,435 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+)
+
+// Targets maps transport names (Record.Transport) to the publishers that send them. The
+// empty name is the default transport.
+type Targets map[string]message.Publisher
+
+// Row describes the outbox row a forwarded message came from; RowFromContext returns it
+// from the message's context.
+type Row struct {
+	ID          outbox.ID
+	Lane        int // outbox.Unordered or the lane
+	OrderingKey string
+	Transport   string
+	Destination string
+	MessageType string
+	TenantID    string
+	Attempts    int // failed attempts before this one
+	CreatedAt   time.Time
+	DeliverAt   time.Time
+}
+
+// delivery is what the context of an emitted message carries: the row and a slot for
+// the handler's error, stored as the row's last_error when the message is nacked.
+type delivery struct {
+	row Row
+	err atomic.Pointer[string]
+}
+
+type rowKey struct{}
+
+// RowFromContext returns the row of a message emitted by a Forwarder (from the message's
+// context, or any context derived from it).
+func RowFromContext(ctx context.Context) (Row, bool) {
+	d, ok := ctx.Value(rowKey{}).(*delivery)
+	if !ok {
+		return Row{}, false
+	}
+	return d.row, true
+}
+
+func deliveryFrom(ctx context.Context) *delivery {
+	d, _ := ctx.Value(rowKey{}).(*delivery)
+	return d
+}
+
+// ErrNotFromForwarder is returned by the handler for a message that a Forwarder did not
+// emit (its context carries no row).
+var ErrNotFromForwarder = errors.New("forwarder: message has no outbox row in its context")
+
+// Forwarder claims rows of one outbox table and emits them as Watermill messages; its
+// Handler republishes them to their targets. It is a message.Subscriber (one
+// subscription) and an outbox.Notifier.
+type Forwarder struct {
+	store   outbox.Store
+	opts    outbox.Options
+	targets Targets
+	cfg     Config
+	logger  watermill.LoggerAdapter
+	metrics Metrics
+
+	laneWake      []chan struct{} // one per lane, capacity 1
+	unorderedWake chan struct{}
+
+	mu         sync.Mutex
+	subscribed bool
+	closed     bool
+	out        chan *message.Message
+	baseCtx    context.Context
+
+	stopping  chan struct{} // closed by Close: claim nothing new
+	abandon   chan struct{} // closed when the shutdown deadline passed
+	closeOnce sync.Once
+	closeErr  error
+	closeDone chan struct{}
+
+	emitters sync.WaitGroup // goroutines that may send on out
+	services sync.WaitGroup // lease manager, completers, sampler
+
+	jobs chan storeJob // completes and fails of unordered rows
+
+	counters []laneCounters // index lane+1
+	held     []atomic.Bool  // index lane
+	members  atomic.Int64
+
+	statsMu     sync.Mutex
+	stats       outbox.Stats
+	statsAt     time.Time
+	parkedLanes map[int]time.Time // StopLaneOnPoison: lanes holding a parked row
+}
+
+type laneCounters struct {
+	inFlight atomic.Int64
+	sent     atomic.Uint64
+	failed   atomic.Uint64
+	parked   atomic.Uint64
+}
+
+// New builds a Forwarder over store. targets must hold at least one publisher; a nil
+// logger logs nothing.
+func New(store outbox.Store, targets Targets, config Config, logger watermill.LoggerAdapter) (*Forwarder, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: forwarder: store is nil", outbox.ErrInvalidOptions)
+	}
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("%w: forwarder: targets: at least one publisher is required", outbox.ErrInvalidOptions)
+	}
+	for name, p := range targets {
+		if p == nil {
+			return nil, fmt.Errorf("%w: forwarder: targets: publisher of transport %q is nil", outbox.ErrInvalidOptions, name)
+		}
+	}
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	opts := store.Options().WithDefaults()
+	f := &Forwarder{
+		store:         store,
+		opts:          opts,
+		targets:       targets,
+		cfg:           config,
+		logger:        logger.With(watermill.LogFields{"outbox_table": opts.OutboxTable(), "owner": config.Owner}),
+		metrics:       config.Metrics,
+		laneWake:      make([]chan struct{}, opts.Lanes),
+		unorderedWake: make(chan struct{}, 1),
+		stopping:      make(chan struct{}),
+		abandon:       make(chan struct{}),
+		closeDone:     make(chan struct{}),
+		jobs:          make(chan storeJob, config.InFlight),
+		counters:      make([]laneCounters, opts.Lanes+1),
+		held:          make([]atomic.Bool, opts.Lanes),
+		parkedLanes:   map[int]time.Time{},
+	}
+	for i := range f.laneWake {
+		f.laneWake[i] = make(chan struct{}, 1)
+	}
+	if f.metrics == nil {
+		f.metrics = nopMetrics{}
+	}
+	return f, nil
+}
+
+// Config returns the configuration with defaults applied.
+func (f *Forwarder) Config() Config { return f.cfg }
+
+// NotifierOptions implements outbox.Notifier: the options of the table this forwarder
+// serves.
+func (f *Forwarder) NotifierOptions() outbox.Options { return f.store.Options() }
+
+// Notify implements outbox.Notifier: it wakes the workers of the committed lanes held
+// here and the unordered claimer. It never blocks; a wake-up that finds one pending is
+// merged with it, and lanes held elsewhere are found by their owner's poll.
+func (f *Forwarder) Notify(c outbox.Commit) {
+	for _, lane := range c.Lanes {
+		if lane >= 0 && lane < len(f.laneWake) && f.held[lane].Load() {
+			wake(f.laneWake[lane])
+		}
+	}
+	if c.Unordered > 0 {
+		wake(f.unorderedWake)
+	}
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// CheckLanes fails with outbox.ErrLaneOutOfRange when the table holds lane values that
+// this forwarder's lane count cannot own (writers use another Lanes setting).
+func (f *Forwarder) CheckLanes(ctx context.Context) error {
+	maxLane, err := f.store.MaxLane(ctx)
+	if err != nil {
+		return fmt.Errorf("forwarder: read the greatest lane: %w", err)
+	}
+	if maxLane >= f.opts.Lanes {
+		return fmt.Errorf("%w: table %s holds lane %d but the forwarder has %d lanes (writers and forwarders must use equal Lanes)",
+			outbox.ErrLaneOutOfRange, f.opts.OutboxTable(), maxLane, f.opts.Lanes)
+	}
+	return nil
+}
+
+// Subscribe starts forwarding and returns the channel of messages to handle. topic is
+// informational (AddToRouter passes the outbox table name); a Forwarder serves one
+// subscription. Cancelling ctx closes the forwarder like Close.
+func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, outbox.ErrClosed
+	}
+	if f.subscribed {
+		return nil, errors.New("forwarder: already subscribed (a Forwarder serves one subscription)")
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := f.CheckLanes(checkCtx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	f.subscribed = true
+	f.out = make(chan *message.Message)
+	// Messages outlive the subscription's cancellation: a send in flight at shutdown
+	// should finish, not fail.
+	f.baseCtx = context.WithoutCancel(ctx)
+
+	f.services.Add(1)
+	go f.runCompleters()
+	if !f.cfg.DisableUnordered {
+		f.emitters.Add(1)
+		go f.runUnordered()
+	}
+	if !f.cfg.DisableOrdered {
+		f.services.Add(1)
+		go f.runLeases()
+	}
+	if f.cfg.StatsInterval > 0 {
+		f.services.Add(1)
+		go f.runSampler()
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+		case <-f.stopping:
+		}
+	}()
+	f.logger.Info("Forwarder started", watermill.LogFields{"topic": topic, "lanes": f.opts.Lanes})
+	return f.out, nil
+}
+
+// Close stops claiming, waits up to ShutdownTimeout for the messages in flight (a lane
+// worker also sends the few head rows it already claimed), flushes their completions,
+// closes the subscription's channel, releases every lane lease and leaves the members
+// table, so that other forwarders take the lanes over at once. It is idempotent.
+func (f *Forwarder) Close() error {
+	f.closeOnce.Do(func() {
+		f.mu.Lock()
+		f.closed = true
+		subscribed := f.subscribed
+		close(f.stopping)
+		f.mu.Unlock()
+		defer close(f.closeDone)
+		if !subscribed {
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			f.emitters.Wait()
+			close(done)
+		}()
+		timer := time.NewTimer(f.cfg.ShutdownTimeout)
+		select {
+		case <-done:
+		case <-timer.C:
+			f.logger.Info("Shutdown timeout: abandoning messages in flight (their claims expire)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})
+			close(f.abandon)
+			<-done
+		}
+		timer.Stop()
+		close(f.out)
+		close(f.jobs)
+		f.services.Wait()
+		f.logger.Info("Forwarder closed", nil)
+	})
+	<-f.closeDone
+	return f.closeErr
+}
+
+func (f *Forwarder) isStopping() bool {
+	select {
+	case <-f.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// emit hands msg to the subscription; false when the forwarder is abandoning.
+func (f *Forwarder) emit(ctx context.Context, msg *message.Message) bool {
+	select {
+	case f.out <- msg:
+		return true
+	case <-f.abandon:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// invalidReason says why a claimed row cannot be sent at all, or "" when it can.
+func (f *Forwarder) invalidReason(rec *outbox.Record) string {
+	switch {
+	case rec.Corrupt != nil:
+		return rec.Corrupt.Error()
+	case rec.Destination == "":
+		return "forwarder: missing destination (topic)"
+	}
+	if _, ok := f.targets[rec.Transport]; !ok {
+		return fmt.Sprintf("forwarder: unknown transport %q (no target publisher)", rec.Transport)
+	}
+	return ""
+}
+
+// buildMessage turns a claimed row into the message to emit; the payload is copied (the
+// store may reuse the record's buffers). An error means the headers cannot be decoded.
+func (f *Forwarder) buildMessage(rec *outbox.Record) (*message.Message, *delivery, error) {
+	md, err := headercodec.DecodeMetadata(rec.Headers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("forwarder: row %s: corrupt headers: %w", rec.ID, err)
+	}
+	payload := make([]byte, len(rec.Body))
+	copy(payload, rec.Body)
+	msg := message.NewMessage(rec.MessageUUID, payload)
+	if md != nil {
+		msg.Metadata = md
+	}
+	d := &delivery{row: Row{
+		ID: rec.ID, Lane: rec.Lane, OrderingKey: rec.OrderingKey, Transport: rec.Transport,
+		Destination: rec.Destination, MessageType: rec.MessageType, TenantID: rec.TenantID,
+		Attempts: rec.Attempts, CreatedAt: rec.CreatedAt, DeliverAt: rec.DeliverAt,
+	}}
+	msg.SetContext(context.WithValue(f.baseCtx, rowKey{}, d))
+	return msg, d, nil
+}
+
+// Handler returns the router handler that republishes a message emitted by this
+// forwarder to the publisher of its row's transport, under its destination topic, as a
+// copy with the original UUID, metadata and payload and the message's context.
+func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		d := deliveryFrom(msg.Context())
+		if d == nil {
+			return ErrNotFromForwarder
+		}
+		pub, ok := f.targets[d.row.Transport]
+		if !ok {
+			return fmt.Errorf("forwarder: unknown transport %q", d.row.Transport)
+		}
+		out := msg.Copy()
+		out.SetContext(msg.Context())
+		if err := pub.Publish(d.row.Destination, out); err != nil {
+			s := err.Error()
+			d.err.Store(&s)
+			return fmt.Errorf("forwarder: publish to %q (transport %q): %w", d.row.Destination, d.row.Transport, err)
+		}
+		return nil
+	}
+}
+
+// AddToRouter adds the forwarder's handler to r under Config.HandlerName, subscribed to
+// this forwarder, and a plugin that checks the table's lanes before the router starts
+// its handlers. Router middleware applies to the handler as to any other.
+func (f *Forwarder) AddToRouter(r *message.Router) (*message.Handler, error) {
+	if r == nil {
+		return nil, errors.New("forwarder: router is nil")
+	}
+	if _, dup := r.Handlers()[f.cfg.HandlerName]; dup {
+		return nil, fmt.Errorf("forwarder: router already has a handler named %q (set Config.HandlerName)", f.cfg.HandlerName)
+	}
+	r.AddPlugin(func(*message.Router) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return f.CheckLanes(ctx)
+	})
+	return r.AddConsumerHandler(f.cfg.HandlerName, f.opts.OutboxTable(), f, f.Handler()), nil
+}
+
+// Run forwards until ctx is cancelled, in a router of its own whose close timeout is
+// ShutdownTimeout; it returns the router's error (nil after a clean shutdown).
+func (f *Forwarder) Run(ctx context.Context) error {
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: f.cfg.ShutdownTimeout}, f.logger)
+	if err != nil {
+		return err
+	}
+	if _, err := f.AddToRouter(r); err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// watch reports the outcome of an emitted message on results; it gives up when the
+// forwarder abandons the messages in flight.
+func (f *Forwarder) watch(msg *message.Message) (acked, ok bool) {
+	select {
+	case <-msg.Acked():
+		return true, true
+	case <-msg.Nacked():
+		return false, true
+	case <-f.abandon:
+		return false, false
+	}
+}
+
+func (d *delivery) failure() string {
+	if p := d.err.Load(); p != nil {
+		return *p
+	}
+	return "forwarder: message nacked by the handler"
+}
+
+func (f *Forwarder) now() time.Time { return f.cfg.Now() }
+
+// sleep waits d or until one of the channels fires; it reports false when stop fired.
+func sleep(d time.Duration, stop <-chan struct{}, wakeCh <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wakeCh:
+	case <-stop:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,627 @@
+package forwarder
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// laneHold is one lane lease held by this forwarder and its worker.
+type laneHold struct {
+	lane      int
+	token     outbox.Token
+	until     atomic.Int64 // lease expiry (UnixNano, Config.Now's clock)
+	ctx       context.Context
+	cancel    context.CancelFunc // fencing: the lease is lost, stop at once
+	release   chan struct{}      // handover: send the rows already claimed, then stop
+	releasing bool
+	lost      bool
+	done      chan struct{}
+}
+
+// fairShare returns how many of lanes owner should hold among members: lanes/K, plus one
+// for the first lanes%K members in sorted order.
+func fairShare(members []string, owner string, lanes int) (share, index, k int) {
+	if !slices.Contains(members, owner) {
+		members = append(slices.Clone(members), owner)
+	}
+	sort.Strings(members)
+	k = len(members)
+	index = slices.Index(members, owner)
+	share = lanes / k
+	if index < lanes%k {
+		share++
+	}
+	return share, index, k
+}
+
+// runLeases is the lease manager: every LeaseTTL/3 it heartbeats, renews the leases it
+// holds (stopping a lane's worker at once when its renewal is refused), and moves
+// towards its fair share of lanes by acquiring free or expired leases or handing lanes
+// over. After Close it keeps the leases of draining workers alive, then leaves.
+func (f *Forwarder) runLeases() {
+	defer f.services.Done()
+	holds := map[int]*laneHold{}
+	tick := f.cfg.LeaseTTL / 3
+	for {
+		f.leaseTick(holds)
+		if !sleep(tick, f.stopping, nil) {
+			break
+		}
+	}
+	// Shutdown: workers send what they claimed and release their leases on exit.
+	poll := min(tick, 20*time.Millisecond)
+	lastRenew := time.Now()
+	for {
+		f.reap(holds)
+		if len(holds) == 0 {
+			break
+		}
+		if time.Since(lastRenew) >= tick {
+			f.renewLeases(holds)
+			lastRenew = time.Now()
+		}
+		time.Sleep(poll)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	defer cancel()
+	if err := f.store.Leave(ctx, f.cfg.Owner); err != nil {
+		f.logger.Error("Cannot leave the members table (the heartbeat will expire)", err, nil)
+	}
+}
+
+// reap forgets holds whose worker has exited (the worker released its lease).
+func (f *Forwarder) reap(holds map[int]*laneHold) {
+	for lane, h := range holds {
+		select {
+		case <-h.done:
+			delete(holds, lane)
+		default:
+		}
+	}
+}
+
+func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	defer cancel()
+	for lane, h := range holds {
+		if h.lost {
+			continue
+		}
+		now := f.now()
+		until := now.Add(f.cfg.LeaseTTL)
+		ok, err := f.store.RenewLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: h.token, Now: now, Until: until})
+		switch {
+		case err != nil:
+			if now.UnixNano() >= h.until.Load() {
+				f.logger.Error("Lane lease expired while it could not be renewed; stopping the lane", err, watermill.LogFields{"lane": lane})
+				h.lost = true
+				h.cancel()
+			} else {
+				f.logger.Error("Cannot renew a lane lease; will retry", err, watermill.LogFields{"lane": lane})
+			}
+		case !ok:
+			f.logger.Info("Lane lease lost (taken over); stopping the lane", watermill.LogFields{"lane": lane})
+			h.lost = true
+			h.cancel()
+		default:
+			h.until.Store(until.UnixNano())
+		}
+	}
+}
+
+func (f *Forwarder) leaseTick(holds map[int]*laneHold) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	defer cancel()
+	f.reap(holds)
+	now := f.now()
+	if err := f.store.Heartbeat(ctx, f.cfg.Owner, now.Add(f.cfg.LeaseTTL)); err != nil {
+		f.logger.Error("Cannot record the forwarder's heartbeat", err, nil)
+	}
+	f.renewLeases(holds)
+	if f.isStopping() {
+		return
+	}
+	if f.cfg.StopLaneOnPoison {
+		f.refreshParkedLanes(ctx)
+	}
+	members, err := f.store.Members(ctx, f.now())
+	if err != nil {
+		f.logger.Error("Cannot list forwarder members; keeping the current lanes", err, nil)
+		return
+	}
+	lanes := f.opts.Lanes
+	share, index, k := fairShare(members, f.cfg.Owner, lanes)
+	f.members.Store(int64(k))
+
+	var active []int
+	for lane, h := range holds {
+		if !h.lost && !h.releasing {
+			active = append(active, lane)
+		}
+	}
+	if len(active) > share {
+		// Hand over the lanes farthest from this member's preferred range.
+		start := index * lanes / k
+		sort.Slice(active, func(i, j int) bool {
+			return (active[i]-start+lanes)%lanes < (active[j]-start+lanes)%lanes
+		})
+		for _, lane := range active[share:] {
+			h := holds[lane]
+			h.releasing = true
+			close(h.release)
+			f.logger.Debug("Handing a lane over", watermill.LogFields{"lane": lane, "share": share, "members": k})
+		}
+		return
+	}
+	need := share - len(active)
+	if need == 0 {
+		return
+	}
+	leases, err := f.store.Leases(ctx)
+	if err != nil {
+		f.logger.Error("Cannot list lane leases", err, nil)
+		return
+	}
+	now = f.now()
+	taken := make([]bool, lanes)
+	for _, l := range leases {
+		if l.Lane >= 0 && l.Lane < lanes && !l.Token.IsZero() && l.ExpiresAt.After(now) {
+			taken[l.Lane] = true
+		}
+	}
+	start := index * lanes / k
+	for i := 0; i < lanes && need > 0; i++ {
+		lane := (start + i) % lanes
+		if taken[lane] || holds[lane] != nil {
+			continue
+		}
+		token := outbox.NewToken()
+		until := now.Add(f.cfg.LeaseTTL)
+		ok, err := f.store.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: token, Now: now, Until: until})
+		if err != nil {
+			f.logger.Error("Cannot acquire a lane lease", err, watermill.LogFields{"lane": lane})
+			return
+		}
+		if !ok {
+			continue // another forwarder was faster
+		}
+		if !f.startLane(holds, lane, token, until) {
+			return
+		}
+		need--
+	}
+}
+
+// startLane starts the worker of a freshly leased lane; false when the forwarder closed
+// meanwhile (the lease is released again).
+func (f *Forwarder) startLane(holds map[int]*laneHold, lane int, token outbox.Token, until time.Time) bool {
+	h := &laneHold{lane: lane, token: token, release: make(chan struct{}), done: make(chan struct{})}
+	h.until.Store(until.UnixNano())
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		h.cancel()
+		f.releaseLease(lane, token)
+		return false
+	}
+	f.emitters.Add(1)
+	f.mu.Unlock()
+	holds[lane] = h
+	f.held[lane].Store(true)
+	f.metrics.LanesHeld(f.heldCount())
+	f.logger.Debug("Lane acquired", watermill.LogFields{"lane": lane})
+	go f.runLane(h)
+	return true
+}
+
+func (f *Forwarder) heldCount() int {
+	n := 0
+	for i := range f.held {
+		if f.held[i].Load() {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *Forwarder) releaseLease(lane int, token outbox.Token) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	defer cancel()
+	if _, err := f.store.ReleaseLease(ctx, lane, token); err != nil {
+		f.logger.Error("Cannot release a lane lease (it will expire)", err, watermill.LogFields{"lane": lane})
+	}
+}
+
+// refreshParkedLanes finds the lanes that hold parked rows (StopLaneOnPoison). A lane a
+// worker stopped after the listing began stays stopped.
+func (f *Forwarder) refreshParkedLanes(ctx context.Context) {
+	started := time.Now()
+	found := map[int]bool{}
+	var after outbox.ID
+	for {
+		recs, err := f.store.ListParked(ctx, outbox.ParkedQuery{After: after, Limit: 500})
+		if err != nil {
+			f.logger.Error("Cannot list parked rows", err, nil)
+			return
+		}
+		for i := range recs {
+			if recs[i].Lane != outbox.Unordered {
+				found[recs[i].Lane] = true
+			}
+		}
+		if len(recs) < 500 {
+			break
+		}
+		after = recs[len(recs)-1].ID
+	}
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	for lane, mark := range f.parkedLanes {
+		if !found[lane] && mark.Before(started) {
+			delete(f.parkedLanes, lane)
+		}
+	}
+	for lane := range found {
+		if _, ok := f.parkedLanes[lane]; !ok {
+			f.parkedLanes[lane] = started
+		}
+	}
+}
+
+func (f *Forwarder) laneStopped(lane int) bool {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	_, ok := f.parkedLanes[lane]
+	return ok
+}
+
+func (f *Forwarder) stopLane(lane int) {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	f.parkedLanes[lane] = time.Now()
+}
+
+// queued is a claimed head row of a lane, waiting for its turn.
+type queued struct {
+	rec   outbox.Record
+	token outbox.Token
+	until time.Time
+}
+
+// runLane is the worker of one held lane: it claims the head run of the lane and sends
+// it one message at a time, in id order, completing each before the next is sent; a
+// refused completion (lease or claim lost) stops it at once.
+func (f *Forwarder) runLane(h *laneHold) {
+	defer func() {
+		f.held[h.lane].Store(false)
+		f.releaseLease(h.lane, h.token)
+		f.metrics.LanesHeld(f.heldCount())
+		h.cancel()
+		close(h.done)
+		f.emitters.Done()
+	}()
+	cfg := &f.cfg
+	lane := h.lane
+	counters := &f.counters[lane+1]
+	wakeCh := f.laneWake[lane]
+	var (
+		queue    []queued
+		needHead bool      // a retried row precedes the queue: claim it first
+		retryAt  time.Time // when that row is due (Config.Now's clock)
+		idle     = cfg.PollInterval
+		errDelay = cfg.PollInterval
+	)
+	log := func(msg string, err error, extra watermill.LogFields) {
+		fields := watermill.LogFields{"lane": lane}.Add(extra)
+		if err != nil {
+			f.logger.Error(msg, err, fields)
+		} else {
+			f.logger.Info(msg, fields)
+		}
+	}
+	draining := func() bool {
+		select {
+		case <-h.release:
+			return true
+		case <-f.stopping:
+			return true
+		default:
+			return false
+		}
+	}
+	// pause waits d, a wake-up, a handover or shutdown; false when the lane must stop now.
+	pause := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		var rel, stop <-chan struct{}
+		if !draining() {
+			rel, stop = h.release, f.stopping
+		}
+		select {
+		case <-t.C:
+		case <-wakeCh:
+		case <-rel:
+		case <-stop:
+		case <-h.ctx.Done():
+			return false
+		case <-f.abandon:
+			return false
+		}
+		return true
+	}
+	leaseLive := func(now time.Time) bool {
+		// Stop sending a little before the lease runs out, so that a takeover never
+		// overlaps with a send of ours.
+		return now.Add(cfg.LeaseTTL/10).UnixNano() < h.until.Load()
+	}
+
+	for {
+		if h.ctx.Err() != nil {
+			return
+		}
+		// Keep the claims of queued rows alive (for example while the head waits for its
+		// retry).
+		if len(queue) > 0 {
+			now := f.now()
+			if !leaseLive(now) {
+				log("Lane lease about to expire unrenewed; stopping the lane", nil, nil)
+				return
+			}
+			if queue[0].until.Sub(now) < cfg.ClaimTTL/2 || (len(queue) > 1 && queue[len(queue)-1].until.Sub(now) < cfg.ClaimTTL/2) {
+				var ok bool
+				queue, ok = f.renewQueue(h, queue, now)
+				if !ok {
+					if !pause(errDelay) {
+						return
+					}
+					continue
+				}
+			}
+		}
+		if len(queue) == 0 || needHead {
+			if draining() && !needHead {
+				return
+			}
+			if draining() {
+				return // the head waits for its retry: the rest must wait too
+			}
+			if !needHead && cfg.StopLaneOnPoison && f.laneStopped(lane) {
+				if !pause(cfg.MaxPollInterval) {
+					return
+				}
+				continue
+			}
+			now := f.now()
+			if needHead && now.Before(retryAt) {
+				if !pause(min(retryAt.Sub(now), cfg.ClaimTTL/4)) {
+					return
+				}
+				continue
+			}
+			if !leaseLive(now) {
+				log("Lane lease about to expire unrenewed; stopping the lane", nil, nil)
+				return
+			}
+			token := outbox.NewToken()
+			until := now.Add(cfg.ClaimTTL)
+			recs, err := f.store.Claim(h.ctx, outbox.ClaimParams{
+				Lane: lane, Limit: cfg.LaneBatch, Now: now, Until: until, Token: token,
+				Lease: h.token, HoldParkedKeys: cfg.HoldParkedKeys,
+			}, nil)
+			if err != nil {
+				if h.ctx.Err() != nil {
+					return
+				}
+				log("Cannot claim the head of a lane; backing off", err, watermill.LogFields{"retry_in": errDelay})
+				if !pause(errDelay) {
+					return
+				}
+				errDelay = min(2*errDelay, cfg.MaxPollInterval)
+				continue
+			}
+			errDelay = cfg.PollInterval
+			if len(recs) == 0 {
+				d := idle
+				if needHead {
+					d = cfg.PollInterval
+				} else {
+					idle = min(2*idle, cfg.MaxPollInterval)
+				}
+				if !pause(d) {
+					return
+				}
+				continue
+			}
+			idle = cfg.PollInterval
+			queue = mergeQueue(queue, recs, token, until)
+			needHead = false
+		}
+
+		q := queue[0]
+		msg, d, reason := f.prepare(&q.rec)
+		if reason != "" {
+			log("Parking a row that cannot be sent", nil, watermill.LogFields{"row_id": q.rec.ID.String(), "reason": reason})
+			if !f.failLaneRow(h, &q, reason, time.Time{}, true) {
+				return
+			}
+			queue = f.afterPark(lane, queue)
+			continue
+		}
+		counters.inFlight.Add(1)
+		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
+		sent := f.emit(h.ctx, msg)
+		var acked, done bool
+		if sent {
+			select {
+			case <-msg.Acked():
+				acked, done = true, true
+			case <-msg.Nacked():
+				done = true
+			case <-h.ctx.Done():
+			case <-f.abandon:
+			}
+		}
+		counters.inFlight.Add(-1)
+		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
+		if !done {
+			return
+		}
+		if acked {
+			if !f.completeLaneRow(h, &q) {
+				return
+			}
+			counters.sent.Add(1)
+			f.metrics.MessageSent(lane)
+			queue = queue[1:]
+			continue
+		}
+		attempts := q.rec.Attempts + 1
+		park := attempts >= cfg.MaxAttempts
+		now := f.now()
+		at := now.Add(cfg.backoff(attempts))
+		if !f.failLaneRow(h, &q, d.failure(), at, park) {
+			return
+		}
+		if park {
+			log("Row parked after too many attempts", nil, watermill.LogFields{"row_id": q.rec.ID.String(), "attempts": attempts, "last_error": d.failure()})
+			queue = f.afterPark(lane, queue)
+			continue
+		}
+		queue = queue[1:]
+		needHead, retryAt = true, at
+	}
+}
+
+// afterPark drops the parked head and what may no longer follow it: the whole queue when
+// the lane stops on poison, the rows of the parked key when keys are held. The claims of
+// dropped rows expire by themselves.
+func (f *Forwarder) afterPark(lane int, queue []queued) []queued {
+	parked := queue[0]
+	queue = queue[1:]
+	switch {
+	case f.cfg.StopLaneOnPoison:
+		f.stopLane(lane)
+		return nil
+	case f.cfg.HoldParkedKeys && parked.rec.OrderingKey != "":
+		kept := queue[:0]
+		for _, q := range queue {
+			if q.rec.OrderingKey != parked.rec.OrderingKey {
+				kept = append(kept, q)
+			}
+		}
+		return kept
+	}
+	return queue
+}
+
+// mergeQueue merges freshly claimed rows into the queue in id order; a fresh claim of a
+// row replaces the old one.
+func mergeQueue(queue []queued, recs []outbox.Record, token outbox.Token, until time.Time) []queued {
+	out := make([]queued, 0, len(queue)+len(recs))
+	for i := range recs {
+		out = append(out, queued{rec: recs[i], token: token, until: until})
+	}
+	for _, q := range queue {
+		dup := false
+		for i := range recs {
+			if recs[i].ID == q.rec.ID {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, q)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rec.ID.Compare(out[j].rec.ID) < 0 })
+	return out
+}
+
+// renewQueue extends the claims of the queued rows; rows whose claim is gone are dropped.
+// ok is false on a database error.
+func (f *Forwarder) renewQueue(h *laneHold, queue []queued, now time.Time) ([]queued, bool) {
+	until := now.Add(f.cfg.ClaimTTL)
+	renewed := map[outbox.Token]bool{}
+	for _, q := range queue {
+		if _, seen := renewed[q.token]; seen {
+			continue
+		}
+		n, err := f.store.Renew(h.ctx, outbox.RenewParams{Token: q.token, Now: now, Until: until, Lane: h.lane, Lease: h.token})
+		if err != nil {
+			f.logger.Error("Cannot renew the claims of a lane's queued rows", err, watermill.LogFields{"lane": h.lane})
+			return queue, false
+		}
+		renewed[q.token] = n > 0
+	}
+	kept := queue[:0]
+	for _, q := range queue {
+		if renewed[q.token] {
+			q.until = until
+			kept = append(kept, q)
+		}
+	}
+	return kept, true
+}
+
+// completeLaneRow deletes a sent row with the lane's lease; false when the lease or the
+// claim is gone (the lane stops: another forwarder owns it now).
+func (f *Forwarder) completeLaneRow(h *laneHold, q *queued) bool {
+	return f.retryLane(h, q, "complete", func(ctx context.Context) (bool, error) {
+		n, err := f.store.Complete(ctx, outbox.CompleteParams{Token: q.token, IDs: []outbox.ID{q.rec.ID}, Now: f.now(), Lane: h.lane, Lease: h.token})
+		return n == 1, err
+	})
+}
+
+// failLaneRow records a failed attempt (or parks) with the lane's lease.
+func (f *Forwarder) failLaneRow(h *laneHold, q *queued, reason string, retryAt time.Time, park bool) bool {
+	ok := f.retryLane(h, q, "fail", func(ctx context.Context) (bool, error) {
+		return f.store.Fail(ctx, outbox.FailParams{
+			ID: q.rec.ID, Token: q.token, Now: f.now(), Error: reason, RetryAt: retryAt, Park: park,
+			Lane: h.lane, Lease: h.token,
+		})
+	})
+	if ok {
+		f.countFailure(h.lane, park)
+	}
+	return ok
+}
+
+// retryLane runs a fenced store update, retrying database errors while the claim and
+// the lease may still be live.
+func (f *Forwarder) retryLane(h *laneHold, q *queued, what string, op func(context.Context) (bool, error)) bool {
+	delay := 20 * time.Millisecond
+	for {
+		ok, err := op(h.ctx)
+		if err == nil {
+			if !ok {
+				f.logger.Info("Lane row update refused (lease or claim lost); stopping the lane",
+					watermill.LogFields{"lane": h.lane, "row_id": q.rec.ID.String(), "op": what})
+				h.cancel()
+			}
+			return ok
+		}
+		now := f.now()
+		if h.ctx.Err() != nil || !now.Before(q.until) || now.UnixNano() >= h.until.Load() {
+			f.logger.Error("Giving up a lane row update; stopping the lane", err, watermill.LogFields{"lane": h.lane, "op": what})
+			h.cancel()
+			return false
+		}
+		f.logger.Error("Lane row update failed; retrying", err, watermill.LogFields{"lane": h.lane, "op": what, "retry_in": delay})
+		select {
+		case <-time.After(delay):
+		case <-h.ctx.Done():
+			return false
+		case <-f.abandon:
+			return false
+		}
+		delay = min(2*delay, time.Second)
+	}
+}

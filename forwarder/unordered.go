@@ -1,0 +1,344 @@
+package forwarder
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// completerCount is the number of goroutines that run the deletes and failures of
+// unordered rows, so that the claimer never waits for them.
+const completerCount = 2
+
+// uBatch is one unordered claim: its token, expiry and the rows still in flight.
+type uBatch struct {
+	token   outbox.Token
+	until   time.Time
+	open    int         // emitted rows not yet acked or nacked
+	acked   []outbox.ID // acked rows waiting for the coalesced delete
+	renewAt time.Time   // wall time of the next renewal attempt after an error
+}
+
+type uResult struct {
+	batch *uBatch
+	d     *delivery
+	acked bool
+}
+
+// storeJob is a delete (complete) or a failure of unordered rows, run by a completer.
+type storeJob struct {
+	complete *outbox.CompleteParams
+	fail     *outbox.FailParams
+	until    time.Time // claim expiry: retrying after it is pointless
+}
+
+// runUnordered is the claimer of unordered rows: it keeps up to InFlight messages in
+// flight, coalesces acks into batched deletes, fails nacked rows with backoff and renews
+// the claims of rows in flight.
+func (f *Forwarder) runUnordered() {
+	defer f.emitters.Done()
+	ctx := context.Background()
+	cfg := &f.cfg
+	results := make(chan uResult, cfg.InFlight) // never blocks: at most InFlight watchers
+	batches := map[outbox.Token]*uBatch{}
+	var (
+		dst        []outbox.Record
+		inFlight   int
+		pending    int       // acks waiting for a delete
+		flushAt    time.Time // wall time
+		nextClaim  time.Time // wall time
+		idle       = cfg.PollInterval
+		errDelay   = cfg.PollInterval
+		stopping   = f.stopping
+		isStopping bool
+	)
+	counters := &f.counters[0]
+
+	flush := func() {
+		for tok, b := range batches {
+			if len(b.acked) > 0 {
+				f.jobs <- storeJob{
+					complete: &outbox.CompleteParams{Token: tok, IDs: b.acked, Lane: outbox.Unordered},
+					until:    b.until,
+				}
+				b.acked = nil
+			}
+			if b.open == 0 {
+				delete(batches, tok)
+			}
+		}
+		pending = 0
+		flushAt = time.Time{}
+	}
+
+	handle := func(r uResult) {
+		inFlight--
+		counters.inFlight.Add(-1)
+		f.metrics.InFlight(outbox.Unordered, int(counters.inFlight.Load()))
+		b := r.batch
+		b.open--
+		if r.acked {
+			b.acked = append(b.acked, r.d.row.ID)
+			pending++
+			if flushAt.IsZero() {
+				flushAt = time.Now().Add(cfg.CompleteDelay)
+			}
+			counters.sent.Add(1)
+			f.metrics.MessageSent(outbox.Unordered)
+			return
+		}
+		attempts := r.d.row.Attempts + 1
+		now := f.now()
+		park := attempts >= cfg.MaxAttempts
+		f.jobs <- storeJob{fail: &outbox.FailParams{
+			ID: r.d.row.ID, Token: b.token, Now: now, Error: r.d.failure(),
+			RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
+		}, until: b.until}
+		f.countFailure(outbox.Unordered, park)
+		if park {
+			f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
+				"row_id": r.d.row.ID.String(), "attempts": attempts, "last_error": r.d.failure()})
+		}
+		if b.open == 0 && len(b.acked) == 0 {
+			delete(batches, b.token)
+		}
+	}
+
+	renew := func() {
+		now := f.now()
+		for _, b := range batches {
+			if b.open == 0 || b.until.Sub(now) >= cfg.ClaimTTL/2 || time.Now().Before(b.renewAt) {
+				continue
+			}
+			until := now.Add(cfg.ClaimTTL)
+			n, err := f.store.Renew(ctx, outbox.RenewParams{Token: b.token, Now: now, Until: until, Lane: outbox.Unordered})
+			switch {
+			case err != nil:
+				f.logger.Error("Cannot renew claims of unordered rows in flight", err, nil)
+				b.renewAt = time.Now().Add(cfg.PollInterval)
+			case n == 0:
+				f.logger.Info("Claims of unordered rows in flight expired; they may be sent twice", watermill.LogFields{"rows": b.open})
+				b.until = until // nothing left to renew; stop trying
+				b.renewAt = until
+			default:
+				b.until = until
+			}
+		}
+	}
+
+	for {
+		if isStopping && inFlight == 0 {
+			flush()
+			return
+		}
+		if !isStopping && inFlight < cfg.InFlight && !time.Now().Before(nextClaim) {
+			n := min(cfg.ClaimBatch, cfg.InFlight-inFlight)
+			now := f.now()
+			b := &uBatch{token: outbox.NewToken(), until: now.Add(cfg.ClaimTTL)}
+			recs, err := f.store.Claim(ctx, outbox.ClaimParams{
+				Lane: outbox.Unordered, Limit: n, Now: now, Until: b.until, Token: b.token,
+			}, dst)
+			switch {
+			case err != nil:
+				f.logger.Error("Cannot claim unordered rows; backing off", err, watermill.LogFields{"retry_in": errDelay})
+				nextClaim = time.Now().Add(errDelay)
+				errDelay = min(2*errDelay, cfg.MaxPollInterval)
+			case len(recs) == 0:
+				dst = recs
+				errDelay = cfg.PollInterval
+				nextClaim = time.Now().Add(idle)
+				idle = min(2*idle, cfg.MaxPollInterval)
+			default:
+				dst = recs
+				errDelay, idle = cfg.PollInterval, cfg.PollInterval
+				if len(recs) == n {
+					nextClaim = time.Time{} // more may be waiting
+				} else {
+					nextClaim = time.Now().Add(cfg.PollInterval)
+				}
+				batches[b.token] = b
+				for i := range recs {
+					msg, d, reason := f.prepare(&recs[i])
+					if reason != "" {
+						f.parkClaimed(&recs[i], b.token, reason)
+						continue
+					}
+					b.open++
+					inFlight++
+					counters.inFlight.Add(1)
+					// Rows already claimed are emitted even when stopping, so that their
+					// claims do not linger; only abandoning stops.
+					if !f.emit(ctx, msg) {
+						return
+					}
+					go f.watchUnordered(msg, d, b, results)
+				}
+				f.metrics.InFlight(outbox.Unordered, int(counters.inFlight.Load()))
+				if b.open == 0 {
+					delete(batches, b.token)
+				}
+				continue
+			}
+		}
+
+		// Wait for a result, a wake-up, or the next deadline.
+		var wait time.Duration = -1
+		setWait := func(at time.Time) {
+			d := time.Until(at)
+			if d < 0 {
+				d = 0
+			}
+			if wait < 0 || d < wait {
+				wait = d
+			}
+		}
+		if !isStopping && inFlight < cfg.InFlight {
+			setWait(nextClaim)
+		}
+		if pending > 0 {
+			setWait(flushAt)
+		}
+		if len(batches) > 0 {
+			// Check renewals at least every quarter of the claim TTL.
+			setWait(time.Now().Add(cfg.ClaimTTL / 4))
+		}
+		var timer <-chan time.Time
+		var t *time.Timer
+		if wait >= 0 {
+			t = time.NewTimer(wait)
+			timer = t.C
+		}
+		select {
+		case r := <-results:
+			handle(r)
+		drain:
+			for {
+				select {
+				case r := <-results:
+					handle(r)
+				default:
+					break drain
+				}
+			}
+		case <-f.unorderedWake:
+			nextClaim = time.Time{}
+			idle = cfg.PollInterval
+		case <-timer:
+		case <-stopping:
+			isStopping = true
+			stopping = nil
+		case <-f.abandon:
+			if t != nil {
+				t.Stop()
+			}
+			flush()
+			return
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if pending > 0 && (pending >= cfg.ClaimBatch || !time.Now().Before(flushAt) || isStopping) {
+			flush()
+		}
+		renew()
+	}
+}
+
+func (f *Forwarder) watchUnordered(msg *message.Message, d *delivery, b *uBatch, results chan<- uResult) {
+	acked, ok := f.watch(msg)
+	if ok {
+		results <- uResult{batch: b, d: d, acked: acked}
+	}
+}
+
+// prepare builds the message of a claimed row, or says why the row cannot be sent.
+func (f *Forwarder) prepare(rec *outbox.Record) (*message.Message, *delivery, string) {
+	if reason := f.invalidReason(rec); reason != "" {
+		return nil, nil, reason
+	}
+	msg, d, err := f.buildMessage(rec)
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	return msg, d, ""
+}
+
+// parkClaimed parks an unordered row that cannot be sent (through a completer).
+func (f *Forwarder) parkClaimed(rec *outbox.Record, token outbox.Token, reason string) {
+	f.logger.Error("Parking a row that cannot be sent", nil, watermill.LogFields{"row_id": rec.ID.String(), "reason": reason})
+	f.jobs <- storeJob{fail: &outbox.FailParams{
+		ID: rec.ID, Token: token, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered,
+	}, until: f.now().Add(f.cfg.ClaimTTL)}
+	f.countFailure(outbox.Unordered, true)
+}
+
+func (f *Forwarder) countFailure(lane int, parked bool) {
+	c := &f.counters[lane+1]
+	c.failed.Add(1)
+	f.metrics.MessageFailed(lane)
+	if parked {
+		c.parked.Add(1)
+		f.metrics.MessageParked(lane)
+	}
+}
+
+// runCompleters runs the deletes and failures of unordered rows until Close closes jobs.
+func (f *Forwarder) runCompleters() {
+	defer f.services.Done()
+	var wg sync.WaitGroup
+	for range completerCount {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range f.jobs {
+				f.runJob(j)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// runJob retries a store job on errors until the claim it relies on has expired.
+func (f *Forwarder) runJob(j storeJob) {
+	ctx := context.Background()
+	delay := 20 * time.Millisecond
+	for {
+		var err error
+		if c := j.complete; c != nil {
+			c.Now = f.now()
+			var n int
+			n, err = f.store.Complete(ctx, *c)
+			if err == nil && n < len(c.IDs) {
+				f.logger.Info("Some acked rows were not deleted (claim expired); they will be sent again",
+					watermill.LogFields{"acked": len(c.IDs), "deleted": n})
+			}
+		} else {
+			p := j.fail
+			p.Now = f.now() // RetryAt stays relative to the failure
+			var ok bool
+			ok, err = f.store.Fail(ctx, *p)
+			if err == nil && !ok {
+				f.logger.Debug("Failed row no longer claimed (claim expired)", watermill.LogFields{"row_id": p.ID.String()})
+			}
+		}
+		if err == nil {
+			return
+		}
+		if !f.now().Before(j.until) {
+			f.logger.Error("Giving up a store update: the claim has expired", err, nil)
+			return
+		}
+		f.logger.Error("Store update failed; retrying", err, watermill.LogFields{"retry_in": delay})
+		select {
+		case <-time.After(delay):
+		case <-f.abandon:
+			return
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
