@@ -1,0 +1,101 @@
+package publisher
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Middleware returns a router middleware that runs each handler call in an outbox
+// transaction on db and so swaps the router's direct publish for the outbox:
+//
+//  1. it begins a transaction under the incoming message's context and puts it into
+//     that context for the handler (TxFromContext, SQLTxFromContext,
+//     PublisherFromContext); the message's original context is restored afterwards;
+//  2. it runs the handler, which writes through the *sql.Tx and may publish through the
+//     context's publisher to any topic;
+//  3. it publishes the messages the handler returned into the outbox under the
+//     handler's publish topic (message.PublishTopicFromCtx), commits, and returns no
+//     messages, so the router publishes nothing itself. The forwarder sends them later.
+//
+// A handler error or panic rolls the transaction back (nothing the handler wrote or
+// published survives) and is returned, so the router Nacks the message; a panic becomes
+// a *PanicError. A handler registered with AddConsumerHandler has no
+// publish topic: it publishes through PublisherFromContext, and returning messages from
+// it is an error.
+//
+// Order matters: add Retry (and other middleware that re-runs the handler) BEFORE this
+// one, so each attempt gets a fresh transaction; a retry inside one transaction would
+// keep the failed attempt's writes. Do not Ack the message inside the handler: Watermill
+// subscribers may cancel the message context on Ack, and that context governs the
+// transaction.
+func (o *Outbox) Middleware(db *sql.DB) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) (_ []*message.Message, err error) {
+			ctx := msg.Context()
+			tx, err := o.Begin(ctx, db)
+			if err != nil {
+				return nil, fmt.Errorf("publisher: middleware: %w", err)
+			}
+			msg.SetContext(ContextWithTx(ctx, tx))
+			defer msg.SetContext(ctx)
+
+			completed := false
+			defer func() {
+				if completed {
+					return
+				}
+				r := recover()
+				_ = tx.Rollback()
+				err = &PanicError{Value: r, Stack: string(debug.Stack())}
+			}()
+			produced, herr := h(msg)
+			completed = true
+
+			if herr != nil {
+				return nil, rollbackWith(tx, herr)
+			}
+			if len(produced) > 0 {
+				topic := message.PublishTopicFromCtx(ctx)
+				if topic == "" {
+					return nil, rollbackWith(tx, fmt.Errorf("publisher: middleware: handler %q returned %d messages but has no publish topic; publish them through PublisherFromContext",
+						message.HandlerNameFromCtx(ctx), len(produced)))
+				}
+				if err := tx.Publish(topic, produced...); err != nil {
+					return nil, rollbackWith(tx, err)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return nil, err
+			}
+			return nil, nil
+		}
+	}
+}
+
+func rollbackWith(tx *Tx, err error) error {
+	if rbErr := tx.Rollback(); rbErr != nil {
+		return errors.Join(err, rbErr)
+	}
+	return err
+}
+
+// PanicError is what the Middleware returns when the handler panicked (after rolling the
+// transaction back). Like Watermill's middleware.RecoveredPanicError it keeps the stack.
+type PanicError struct {
+	Value any    // what the handler panicked with
+	Stack string // the goroutine's stack at the recovery
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("publisher: handler panicked (transaction rolled back): %v\n%s", e.Value, e.Stack)
+}
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

@@ -1,0 +1,122 @@
+package publisher
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// Outbox writes Watermill messages into one outbox table through a Store. It is safe
+// for concurrent use; each transaction gets its own *Tx.
+type Outbox struct {
+	store  outbox.Store
+	config Config
+	lanes  int
+	logger watermill.LoggerAdapter
+}
+
+// New returns an Outbox over store. A nil logger is watermill.NopLogger{}.
+//
+// The lane count comes from store.Options(): every writer and forwarder of one table
+// must be built with the same Options (the forwarder refuses to run over lanes it
+// cannot own). A config.Notifier serving another table is refused here, wrapping
+// outbox.ErrNotifierMismatch, rather than silently waking the wrong forwarder.
+func New(store outbox.Store, config Config, logger watermill.LoggerAdapter) (*Outbox, error) {
+	if store == nil {
+		return nil, errors.New("publisher: store is nil")
+	}
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, fmt.Errorf("publisher: invalid config: %w", err)
+	}
+	opts := store.Options()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("publisher: store options: %w", err)
+	}
+	if config.Notifier != nil {
+		if n := config.Notifier.NotifierOptions(); !n.SameTable(opts) {
+			return nil, fmt.Errorf("%w: Config.Notifier serves schema %q prefix %q with %d lanes, the store schema %q prefix %q with %d lanes",
+				outbox.ErrNotifierMismatch, n.Schema, n.TablePrefix, n.WithDefaults().Lanes, opts.Schema, opts.TablePrefix, opts.Lanes)
+		}
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Outbox{store: store, config: config, lanes: opts.Lanes, logger: logger}, nil
+}
+
+// Store returns the store the outbox writes through.
+func (o *Outbox) Store() outbox.Store { return o.store }
+
+// Begin starts a transaction on db (with Config.TxOptions) and returns the outbox bound
+// to it. The transaction holds one pooled connection, which returns to the pool when
+// the transaction completes (Commit, Rollback, or the application completing SQLTx()
+// itself). As with sql.DB.BeginTx, cancelling ctx before the commit rolls it back.
+func (o *Outbox) Begin(ctx context.Context, db *sql.DB) (*Tx, error) {
+	if db == nil {
+		return nil, errors.New("publisher: Begin: db is nil")
+	}
+	tx, err := db.BeginTx(ctx, o.config.TxOptions)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: begin: %w", err)
+	}
+	return o.newTx(ctx, tx, false), nil
+}
+
+// BeginConn is Begin on a connection the caller owns (session settings, temporary
+// tables, advisory locks): conn stays open after the transaction completes and the
+// caller closes it.
+func (o *Outbox) BeginConn(ctx context.Context, conn *sql.Conn) (*Tx, error) {
+	if conn == nil {
+		return nil, errors.New("publisher: BeginConn: conn is nil")
+	}
+	tx, err := conn.BeginTx(ctx, o.config.TxOptions)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: begin: %w", err)
+	}
+	return o.newTx(ctx, tx, false), nil
+}
+
+// Attach binds the outbox to a transaction the application already owns (an ORM's:
+// sqlx's Tx embeds it, GORM exposes it as Statement.ConnPool). Publish buffers; Flush
+// writes the buffered rows into tx; the application then commits tx as usual and may
+// call NotifyCommitted. Commit and Rollback work too (they complete tx).
+func (o *Outbox) Attach(tx *sql.Tx) *Tx {
+	return o.newTx(nil, tx, true)
+}
+
+// WithTx runs fn in a new outbox transaction on db: it commits when fn returns nil and
+// rolls back when fn returns an error or panics (the panic is re-raised after the
+// rollback). The ctx given to fn carries the Tx (TxFromContext, SQLTxFromContext,
+// PublisherFromContext), so code deeper in the call can publish into the same
+// transaction.
+//
+// The returned error is fn's error (joined with a rollback failure, if any) or the
+// Commit error, which may wrap outbox.ErrUnknownOutcome.
+func (o *Outbox) WithTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *Tx) error) (err error) {
+	tx, err := o.Begin(ctx, db)
+	if err != nil {
+		return err
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			// fn panicked: roll back, then let the panic continue.
+			_ = tx.Rollback()
+		}
+	}()
+	fnErr := fn(ContextWithTx(ctx, tx), tx)
+	completed = true
+	if fnErr != nil {
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, outbox.ErrTxDone) {
+			return errors.Join(fnErr, rbErr)
+		}
+		return fnErr
+	}
+	return tx.Commit(ctx)
+}
