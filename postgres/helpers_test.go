@@ -42,7 +42,6 @@ func openWith(dsn, tz string) (*sql.DB, error) {
 	return stdlib.OpenDB(*cfg), nil
 }
 
-
 // newStore builds a store with fresh tables (dropped at the end of the test).
 func newStore(t testing.TB, db *sql.DB, opts outbox.Options) *postgres.Store {
 	t.Helper()

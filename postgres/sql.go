@@ -93,10 +93,12 @@ func newQueries(n names) *queries {
 
 	// $1 token, $2 until, $3 now, $4 limit. The CTE is evaluated once; FOR UPDATE SKIP
 	// LOCKED re-checks eligibility on rows changed since the snapshot and passes over rows
-	// other claimers hold locked.
+	// other claimers hold locked. "= ANY(ARRAY(...))" pins the update to primary-key
+	// lookups: with a join, the generic plan (LIMIT $4 estimated at a tenth of the table)
+	// hashes a sequential scan of the whole table.
 	q.claimUnordered = `WITH c AS (SELECT s.id FROM ` + t + ` AS s WHERE s.lane IS NULL AND ` + eligible("s", "$3") +
 		` ORDER BY s.id LIMIT $4 FOR UPDATE SKIP LOCKED) ` +
-		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 FROM c WHERE o.id = c.id RETURNING ` + prefixed("o")
+		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 WHERE o.id = ANY(ARRAY(SELECT id FROM c)) RETURNING ` + prefixed("o")
 
 	q.claimLane = q.buildClaimLane(false)
 	q.claimLaneHold = q.buildClaimLane(true)
@@ -183,7 +185,7 @@ func (q *queries) buildClaimLane(holdParkedKeys bool) string {
 		`run AS (SELECT r.id FROM (SELECT id, bool_and(ok) OVER (ORDER BY id) AS open FROM head) AS r WHERE r.open), ` +
 		`locked AS (SELECT s.id FROM ` + t + ` AS s WHERE s.id IN (SELECT id FROM run) AND s.lane = $5 AND ` + eligible("s", "$3") +
 		` ORDER BY s.id FOR UPDATE SKIP LOCKED) ` +
-		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 FROM locked WHERE o.id = locked.id ` +
+		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 WHERE o.id = ANY(ARRAY(SELECT id FROM locked)) ` +
 		`AND NOT EXISTS (SELECT 1 FROM run WHERE run.id < o.id AND run.id NOT IN (SELECT id FROM locked)) ` +
 		`RETURNING ` + prefixed("o")
 }

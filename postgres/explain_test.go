@@ -1,0 +1,185 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+)
+
+// TestExplainHotReads fills an outbox with 100,000 rows (half unordered, half spread over
+// 64 lanes, a few parked, a few scheduled later), analyzes it, and fails when a hot
+// statement — the head-of-lane read, the unordered due read, and the claims built on
+// them — plans a sequential scan of the outbox table. Each statement is planned both as
+// a custom plan (values known) and as the generic plan that pgx's statement cache ends
+// up using.
+func TestExplainHotReads(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("pgx", testenv.DSN(t, testenv.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := outbox.Options{TablePrefix: testenv.Prefix(t), Lanes: 64}
+	s, err := New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, tbl := range []string{s.n().outbox, s.n().lanes, s.n().nodes} {
+			db.Exec("DROP TABLE IF EXISTS " + tbl)
+		}
+	})
+	if err := s.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// ids: 16 big-endian bytes of g; odd g in lane g%64, even g unordered; every 97th row
+	// parked, every 89th scheduled a day later.
+	fill := `INSERT INTO ` + s.n().outbox + ` (id, message_uuid, lane, ordering_key, destination, headers, body, created_at, deliver_at, status)
+		SELECT decode(lpad(to_hex(g), 32, '0'), 'hex'), 'uuid-' || g,
+			CASE WHEN g % 2 = 1 THEN g % 64 END, CASE WHEN g % 2 = 1 THEN 'key-' || (g % 640) END,
+			'topic', decode('0100000000000000', 'hex'), convert_to(repeat('x', 200), 'UTF8'),
+			$1::timestamptz, $1::timestamptz + CASE WHEN g % 89 = 0 THEN interval '1 day' ELSE interval '0' END,
+			CASE WHEN g % 97 = 0 THEN 'parked' ELSE 'pending' END
+		FROM generate_series(1, 100000) AS g`
+	if _, err := db.ExecContext(ctx, fill, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE "+s.n().outbox); err != nil {
+		t.Fatal(err)
+	}
+	lane, lease, tok := 5, outbox.NewToken(), outbox.NewToken()
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "explain", Token: lease, Now: t0, Until: t0.Add(time.Hour)}); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	now, until, zero := t0.Add(time.Second), t0.Add(time.Minute), outbox.ID{}
+	for _, st := range []struct {
+		name  string
+		query string
+		index string // the index the statement must use
+		args  []any
+	}{
+		{"head of lane read", s.q.readLane, suffixLaneIx, []any{lane, zero[:], now, 100}},
+		{"unordered due read", s.q.readUnordered, suffixDueIx, []any{zero[:], now, 100}},
+		{"ordered claim", s.q.claimLane, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
+		{"ordered claim holding parked keys", s.q.claimLaneHold, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
+		{"unordered claim", s.q.claimUnordered, suffixDueIx, []any{tok[:], until, now, 100}},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explain(t, ctx, db, mode, st.query, st.args)
+			t.Logf("%s (%s):\n%s", st.name, mode, plan.text)
+			if plan.seqScans[opts.OutboxTable()] {
+				t.Errorf("%s (%s) scans %s sequentially", st.name, mode, opts.OutboxTable())
+			}
+			if !plan.indexes[opts.TablePrefix+st.index] {
+				t.Errorf("%s (%s) does not use index %s", st.name, mode, opts.TablePrefix+st.index)
+			}
+		}
+	}
+}
+
+func (s *Store) n() names { return s.q.n }
+
+type planSummary struct {
+	text     string
+	seqScans map[string]bool // relation names
+	indexes  map[string]bool // index names
+}
+
+// explain plans query (without running it) under plan_cache_mode mode through a prepared
+// statement, as pgx's statement cache runs it.
+func explain(t *testing.T, ctx context.Context, db *sql.DB, mode, query string, args []any) planSummary {
+	t.Helper()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var sum planSummary
+	err = conn.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		if _, err := pc.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			return err
+		}
+		defer pc.Exec(ctx, "RESET plan_cache_mode") //nolint:errcheck
+		if _, err := pc.Exec(ctx, "PREPARE explained AS "+query); err != nil {
+			return err
+		}
+		defer pc.Exec(ctx, "DEALLOCATE explained") //nolint:errcheck
+		// EXPLAIN EXECUTE takes no bind parameters: pass the values as literals.
+		params := make([]string, len(args))
+		for i, a := range args {
+			switch v := a.(type) {
+			case []byte:
+				params[i] = fmt.Sprintf(`decode('%x', 'hex')`, v)
+			case time.Time:
+				params[i] = "'" + v.UTC().Format("2006-01-02 15:04:05.999999Z07:00") + "'::timestamptz"
+			default:
+				params[i] = fmt.Sprint(v)
+			}
+		}
+		var raw []byte
+		if err := pc.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE explained("+strings.Join(params, ", ")+")").Scan(&raw); err != nil {
+			return err
+		}
+		var text strings.Builder
+		rows, err := pc.Query(ctx, "EXPLAIN EXECUTE explained("+strings.Join(params, ", ")+")")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				return err
+			}
+			text.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		sum = summarize(t, raw)
+		sum.text = text.String()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("explain %s: %v", query, err)
+	}
+	return sum
+}
+
+func summarize(t *testing.T, raw []byte) planSummary {
+	var doc []struct{ Plan map[string]any }
+	if err := json.Unmarshal(raw, &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("EXPLAIN JSON: %v", err)
+	}
+	sum := planSummary{seqScans: map[string]bool{}, indexes: map[string]bool{}}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Node Type"] == "Seq Scan" {
+			rel, _ := n["Relation Name"].(string)
+			sum.seqScans[rel] = true
+		}
+		if ix, ok := n["Index Name"].(string); ok {
+			sum.indexes[ix] = true
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				if m, ok := k.(map[string]any); ok {
+					walk(m)
+				}
+			}
+		}
+	}
+	walk(doc[0].Plan)
+	return sum
+}
