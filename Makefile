@@ -1,0 +1,90 @@
+# watermill-outbox: `make test` is THE test command (README.md).
+#
+# Test servers: the DSNs below default to this machine's local services, which
+# scripts/services starts when needed. Each default applies only when the variable is
+# unset; set one to another server to use that one, or to "" to skip its tests:
+#
+#   OUTBOX_TEST_POSTGRES_DSN='postgres://postgres@db:5432/test?sslmode=disable' make test
+#   OUTBOX_TEST_MYSQL_DSN= make test        # MySQL tests skip
+#
+# OUTBOX_TEST_REQUIRE=mysql,postgres,amqp turns those skips into failures (CI does that).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+# Go may not be on a non-login shell's PATH.
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+
+OUTBOX_TEST_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
+OUTBOX_TEST_POSTGRES_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+OUTBOX_TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
+export OUTBOX_TEST_MYSQL_DSN OUTBOX_TEST_POSTGRES_DSN OUTBOX_TEST_AMQP_URL
+
+# Extra flags for go test, e.g. GOTESTFLAGS=-count=1 (CI) or GOTESTFLAGS='-run Lane -v'.
+GOTESTFLAGS ?=
+# How long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 30s
+
+# scripts/services starts only the services whose DSN points at this machine.
+local = $(or $(findstring 127.0.0.1,$(1)),$(findstring localhost,$(1)))
+SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
+	$(if $(call local,$(OUTBOX_TEST_POSTGRES_DSN)),postgres) \
+	$(if $(call local,$(OUTBOX_TEST_AMQP_URL)),amqp)
+
+.PHONY: test test-short vet examples bench fuzz services demo help
+
+## test: go vet, build the examples, then go test -race ./... against the local services
+test: services vet examples
+	$(GO) test -race $(GOTESTFLAGS) ./...
+
+## test-short: go test -short ./... (no race detector): the quick loop while editing
+test-short: services
+	$(GO) test -short $(GOTESTFLAGS) ./...
+
+vet:
+	$(GO) vet ./...
+
+# Every _examples/*/ directory builds: with its own go.mod as its own module, otherwise
+# as part of this module (`./...` skips directories starting with "_").
+## examples: build (and vet) every _examples/*/ directory; nothing to do when there are none
+examples:
+	@for d in _examples/*/; do \
+		[ -d "$$d" ] || continue; \
+		if [ -f "$$d/go.mod" ]; then \
+			echo "examples: $$d (own module)"; \
+			(cd "$$d" && $(GO) vet ./... && $(GO) build -o /dev/null ./...) || exit 1; \
+		else \
+			echo "examples: $$d"; \
+			{ $(GO) vet "./$${d}..." && $(GO) build -o /dev/null "./$${d}..."; } || exit 1; \
+		fi; \
+	done
+
+## bench: run the benchmarks (later: the comparison suite in benchmarks/)
+bench: services
+	$(GO) test -run '^$$' -bench . -benchmem $(GOTESTFLAGS) ./...
+
+## fuzz: run every fuzz target for FUZZTIME (default 30s) each
+fuzz:
+	@for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+		targets=$$($(GO) test -list '^Fuzz' "$$dir" | { grep '^Fuzz' || true; }) || exit 1; \
+		for target in $$targets; do \
+			echo "fuzz: $$dir $$target for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$dir" || exit 1; \
+		done; \
+	done
+
+## services: start (or reuse) the local MariaDB, PostgreSQL and RabbitMQ
+services:
+	@$(if $(strip $(SERVICES)),scripts/services $(SERVICES),echo "services: no DSN points at this machine, nothing to start")
+
+## demo: run the quickstart (not there yet)
+demo:
+	@echo "demo: the quickstart (_examples/quickstart) does not exist yet; a later issue adds it." >&2
+	@echo "demo: until then, 'make test' is the command that works." >&2
+	@exit 1
+
+## help: list the targets
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
