@@ -8,6 +8,10 @@ import (
 
 // Harness tells the suite how to reach one dialect. Each dialect's test file builds one
 // against a real server and calls Run (and Bench).
+//
+// The suite's raw SQL (corrupting a row, the business table, the benchmark baseline)
+// uses the column names of DESIGN.md ("The row") unquoted, the harness's Placeholder and
+// QualifiedTable, and otherwise only SQL that all three engines accept.
 type Harness struct {
 	// Name of the dialect, for messages ("mysql", "postgres", "sqlserver").
 	Name string
@@ -19,28 +23,55 @@ type Harness struct {
 	NewStore func(db *sql.DB, opts outbox.Options) (outbox.Store, error)
 	// Placeholder returns the dialect's n-th (1-based) bind parameter: "?", "$1", "@p1".
 	Placeholder func(n int) string
-	// QualifiedTable returns the quoted, schema-qualified name of opts' outbox table (and
-	// of its other tables when given their unquoted name) for the suite's raw SQL.
+	// QualifiedTable returns the quoted, schema-qualified name of table, an unquoted
+	// table name of opts: opts.OutboxTable(), opts.LanesTable(), opts.NodesTable(), or
+	// opts.TablePrefix+"business" (a table the suite creates itself).
 	QualifiedTable func(opts outbox.Options, table string) string
-	// DropTables removes the tables of opts (cleanup); nil means DROP TABLE of the three
-	// names through QualifiedTable.
+	// DropTables removes the tables of opts (cleanup); nil means DROP TABLE IF EXISTS of
+	// the three names through QualifiedTable.
 	DropTables func(db *sql.DB, opts outbox.Options) error
 
 	// InvalidPrefixes lists table prefixes the dialect must reject at construction, each
-	// with a substring the error must contain (naming the problem).
+	// with a substring the error must contain (naming the problem). The suite also
+	// checks the dialect-independent rules of outbox.Options (NUL, invalid UTF-8, Lanes).
 	InvalidPrefixes []InvalidPrefix
 	// QuotePrefix is a valid prefix holding the dialect's identifier quote character; the
-	// suite runs a full round trip through it (no injection, works end to end).
+	// suite runs a full round trip through it (no injection, works end to end). The suite
+	// prepends a unique "t_<hex>_" part (15 characters) so that runs never collide; keep
+	// QuotePrefix short enough for the dialect's length limit with that part added.
+	// Required.
 	QuotePrefix string
 
 	// OpenInTimeZone, when set, opens another *sql.DB whose session time zone is tz
 	// (an IANA name or an offset like "+05:30"); the suite checks instants come back equal
-	// and in UTC through it.
+	// and in UTC through it, and that eligibility boundaries stay exact. When the server
+	// cannot use a zone (MariaDB without time-zone tables and an IANA name), return an
+	// error wrapping errors.ErrUnsupported: the suite skips that zone and says why. The
+	// suite closes the returned DB.
 	OpenInTimeZone func(tz string) (*sql.DB, error)
+
+	// OpenDB opens a new *sql.DB to the same database as DB with the same settings. The
+	// suite builds a store over it and then closes it to check that every method of a
+	// store whose database is closed returns an error. When nil the suite uses
+	// OpenInTimeZone("+00:00"); when both are nil the closed-database test fails.
+	OpenDB func() (*sql.DB, error)
+
+	// MaxParams is the most bind parameters one statement may carry on this engine
+	// (MySQL/MariaDB 65535, PostgreSQL 65535 with pgx, SQL Server 2100 minus a margin).
+	// The benchmark baseline chunks its hand-written multi-row INSERT under it. Zero
+	// means 2000, safe on every engine.
+	MaxParams int
 }
 
 // InvalidPrefix is a prefix a dialect rejects, and a substring of the error it gives.
 type InvalidPrefix struct {
 	Prefix      string
 	ErrContains string
+}
+
+func (h Harness) maxParams() int {
+	if h.MaxParams > 0 {
+		return h.MaxParams
+	}
+	return 2000
 }

@@ -1,0 +1,137 @@
+package outboxtest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+func claimTests() []subtest {
+	return []subtest{
+		{"FreshTokenAndExclusive", testClaimExclusive},
+		{"Race", testClaimRace},
+	}
+}
+
+// A claim stamps its rows with the caller's token and expiry, in ID order; a claimed row
+// is not claimed again while the claim lives; Limit bounds each claim.
+func testClaimExclusive(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	var recs []outbox.Record
+	for i := 0; i < 5; i++ {
+		recs = append(recs, NewRecord(at(0)))
+	}
+	e.insert(recs...)
+	until := at(time.Minute)
+	tokA, a := e.claimUnordered(2, at(0), until)
+	sameIDs(t, "first claim (limit 2)", ids(a), idsOf(recs[:2]...))
+	for i, r := range a {
+		want := stored(recs[i])
+		want.ClaimToken, want.ClaimExpiresAt = tokA, until
+		checkRecord(t, "claimed record", r, want)
+	}
+	tokB, b := e.claimUnordered(10, at(time.Second), until)
+	sameIDs(t, "second claim", ids(b), idsOf(recs[2:]...))
+	if tokA == tokB || b[0].ClaimToken != tokB {
+		t.Fatalf("second claim carries token %s, want its own %s", b[0].ClaimToken, tokB)
+	}
+	if _, c := e.claimUnordered(10, at(2*time.Second), until); len(c) != 0 {
+		t.Fatalf("third claim took live-claimed rows %s", idList(ids(c)))
+	}
+	// Claim appends to dst[:0].
+	dst := make([]outbox.Record, 1, 4)
+	dst[0].ID = outbox.NewID()
+	got, err := e.store.Claim(e.ctx, outbox.ClaimParams{Lane: outbox.Unordered, Limit: 4, Now: until, Until: until.Add(time.Minute), Token: outbox.NewToken()}, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameIDs(t, "claim after the claims expired", ids(got), ids(recs[:4]))
+	if &got[0] != &dst[0] {
+		t.Errorf("Claim did not append to dst[:0]")
+	}
+}
+
+// Eight claimers racing over 10,000 rows: every row is claimed exactly once.
+func testClaimRace(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	const rows, claimers, batch = 10_000, 8, 100
+	recs := make([]outbox.Record, rows)
+	for i := range recs {
+		recs[i] = NewRecord(at(0))
+		recs[i].Body = recs[i].Body[:8]
+	}
+	e.insert(recs...)
+	var (
+		mu        sync.Mutex
+		owner     = make(map[outbox.ID]int, rows)
+		retries   int
+		wg        sync.WaitGroup
+		now       = at(time.Second)
+		until     = at(time.Hour)
+		failed    = make(chan error, claimers)
+		dupReport int
+	)
+	for c := 0; c < claimers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var dst []outbox.Record
+			for {
+				var err error
+				dst, err = e.store.Claim(e.ctx, outbox.ClaimParams{Lane: outbox.Unordered, Limit: batch, Now: now, Until: until, Token: outbox.NewToken()}, dst)
+				if outbox.IsRetryable(err) {
+					mu.Lock()
+					retries++
+					mu.Unlock()
+					continue
+				}
+				if err != nil {
+					failed <- err
+					return
+				}
+				if len(dst) == 0 {
+					// Rows other claimers hold locked are skipped; stop only when none is left.
+					n, err := e.store.Count(e.ctx, now)
+					if err != nil {
+						failed <- err
+						return
+					}
+					if n == 0 {
+						return
+					}
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				for _, r := range dst {
+					if prev, dup := owner[r.ID]; dup {
+						dupReport++
+						if dupReport <= 5 {
+							t.Errorf("row %s claimed by claimer %d and again by claimer %d", r.ID, prev, c)
+						}
+					}
+					owner[r.ID] = c
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Errorf("claimer: %v", err)
+	}
+	if dupReport > 0 {
+		t.Errorf("%d rows were claimed twice", dupReport)
+	}
+	if len(owner) != rows {
+		t.Fatalf("%d distinct rows claimed, want %d", len(owner), rows)
+	}
+	per := make([]int, claimers)
+	for _, c := range owner {
+		per[c]++
+	}
+	t.Logf("rows per claimer %v, %d retryable errors retried", per, retries)
+}

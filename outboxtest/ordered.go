@@ -1,0 +1,164 @@
+package outboxtest
+
+import (
+	"testing"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+func orderedTests() []subtest {
+	return []subtest{
+		{"HeadRunOnly", testHeadRun},
+		{"NotDueHeadHoldsLane", testNotDueHead},
+		{"ClaimedHeadHoldsLane", testClaimedHead},
+		{"ParkedRowDoesNotHoldLane", testParkedDoesNotHold},
+		{"HoldParkedKeys", testHoldParkedKeys},
+		{"LeaseRequired", testClaimLeaseRequired},
+	}
+}
+
+// laneRows inserts n rows of lane (alternating between two of its keys) and returns them.
+func (e *env) laneRows(lane, n int) []outbox.Record {
+	e.t.Helper()
+	keys := keysInLane(lane, testLanes, 2)
+	recs := make([]outbox.Record, n)
+	for i := range recs {
+		recs[i] = laneRecord(keys[i%2], at(0))
+	}
+	e.insert(recs...)
+	return recs
+}
+
+// A lane claim takes the leading run of eligible rows, in ID order, up to Limit, and
+// stops at the first row that is not due.
+func testHeadRun(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	keys := keysInLane(2, testLanes, 2)
+	var recs []outbox.Record
+	for i := 0; i < 6; i++ {
+		recs = append(recs, laneRecord(keys[i%2], at(0)))
+	}
+	recs[4].DeliverAt = at(time.Minute) // not due: ends the run
+	other := laneRecord(keysInLane(3, testLanes, 1)[0], at(0))
+	e.insert(append(recs, other, NewRecord(at(0)))...)
+	lease := e.acquire(2, at(0), far)
+	tok, got := e.claimLane(2, 2, lease, at(0), at(time.Minute))
+	sameIDs(t, "claim limit 2", ids(got), idsOf(recs[:2]...))
+	for _, r := range got {
+		if r.ClaimToken != tok || !r.ClaimExpiresAt.Equal(at(time.Minute)) {
+			t.Errorf("row %s: claim %s until %s, want %s until %s", r.ID, r.ClaimToken, fmtTime(r.ClaimExpiresAt), tok, fmtTime(at(time.Minute)))
+		}
+	}
+	// Complete the first two; the next run is rows 2 and 3 (row 4 is not due).
+	n, err := e.store.Complete(e.ctx, outbox.CompleteParams{Token: tok, IDs: ids(got), Now: at(time.Second), Lane: 2, Lease: lease})
+	wantN(t, "Complete", n, err, 2)
+	_, got = e.claimLane(2, 10, lease, at(time.Second), at(time.Minute))
+	sameIDs(t, "claim up to the row not due", ids(got), idsOf(recs[2:4]...))
+}
+
+// A head row that is not yet due holds the whole lane, even when later rows are due.
+func testNotDueHead(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	keys := keysInLane(5, testLanes, 2)
+	head, next := laneRecord(keys[0], at(0)), laneRecord(keys[1], at(0))
+	head.DeliverAt = at(time.Minute)
+	e.insert(head, next)
+	lease := e.acquire(5, at(0), far)
+	if _, got := e.claimLane(5, 10, lease, at(0), at(time.Hour)); len(got) != 0 {
+		t.Fatalf("claim took %s past a head that is not due", idList(ids(got)))
+	}
+	_, got := e.claimLane(5, 10, lease, at(time.Minute), at(time.Hour))
+	sameIDs(t, "claim once the head is due", ids(got), idsOf(head, next))
+}
+
+// A head row under another live claim holds the lane until the claim ends.
+func testClaimedHead(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	recs := e.laneRows(1, 3)
+	lease := e.acquire(1, at(0), far)
+	tok, got := e.claimLane(1, 1, lease, at(0), at(time.Minute))
+	sameIDs(t, "first claim", ids(got), idsOf(recs[0]))
+	if _, got := e.claimLane(1, 10, lease, at(time.Second), at(time.Hour)); len(got) != 0 {
+		t.Fatalf("claim took %s behind a claimed head", idList(ids(got)))
+	}
+	// Expired: the head is claimable again, with the rows behind it.
+	_, got = e.claimLane(1, 10, lease, at(time.Minute), at(time.Hour))
+	sameIDs(t, "claim after the head's claim expired", ids(got), ids(recs))
+	// The released first token is stale.
+	ok, err := e.store.Fail(e.ctx, outbox.FailParams{ID: recs[0].ID, Token: tok, Now: at(time.Minute), Error: "late", Lane: 1, Lease: lease})
+	wantBool(t, "Fail with the expired token", ok, err, false)
+}
+
+// Parked rows are not pending: they neither hold the lane nor get claimed.
+func testParkedDoesNotHold(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	recs := e.laneRows(7, 4)
+	e.park(recs[0].ID, "poison", at(0))
+	e.park(recs[2].ID, "poison", at(0))
+	lease := e.acquire(7, at(0), far)
+	_, got := e.claimLane(7, 10, lease, at(0), at(time.Minute))
+	sameIDs(t, "claim around parked rows", ids(got), idsOf(recs[1], recs[3]))
+}
+
+// With HoldParkedKeys a row whose key has an earlier parked row in the lane is held: not
+// claimed, and not holding the lane, so other keys flow on. Later parked rows do not
+// hold earlier rows of their key.
+func testHoldParkedKeys(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	keys := keysInLane(3, testLanes, 3)
+	a, b, c := keys[0], keys[1], keys[2]
+	p0 := laneRecord(a, at(0))
+	r1 := laneRecord(a, at(0))
+	r2 := laneRecord(b, at(0))
+	r3 := laneRecord(a, at(0))
+	r4 := laneRecord(c, at(0))
+	r5 := laneRecord(b, at(0))
+	p6 := laneRecord(b, at(0))
+	r7 := laneRecord(c, at(0))
+	r7.DeliverAt = at(time.Minute)
+	r8 := laneRecord(c, at(0))
+	e.insert(p0, r1, r2, r3, r4, r5, p6, r7, r8)
+	e.park(p0.ID, "poison", at(0))
+	e.park(p6.ID, "poison", at(0))
+	lease := e.acquire(3, at(0), far)
+	claim := func(hold bool) []outbox.ID {
+		t.Helper()
+		got := e.claim(outbox.ClaimParams{Lane: 3, Limit: 10, Now: at(0), Until: at(time.Second), Token: outbox.NewToken(), Lease: lease, HoldParkedKeys: hold})
+		return ids(got)
+	}
+	// Key a is held behind p0; b's rows precede p6; r7 (not due) ends the run.
+	sameIDs(t, "HoldParkedKeys claim", claim(true), idsOf(r2, r4, r5))
+	// Without it the parked rows are simply skipped. (The claims above expired at 1s.)
+	e2 := at(time.Second)
+	got := e.claim(outbox.ClaimParams{Lane: 3, Limit: 10, Now: e2, Until: at(2 * time.Second), Token: outbox.NewToken(), Lease: lease})
+	sameIDs(t, "claim without HoldParkedKeys", ids(got), idsOf(r1, r2, r3, r4, r5))
+}
+
+// A lane claim needs the live lease of that lane: none, a wrong one, another lane's, or
+// one that expired exactly at now claims nothing, without error.
+func testClaimLeaseRequired(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	recs := e.laneRows(4, 2)
+	leaseEnd := at(time.Minute)
+	lease := e.acquire(4, at(0), leaseEnd)
+	otherLane := e.acquire(5, at(0), far)
+	for _, c := range []struct {
+		name  string
+		lease outbox.Token
+		now   time.Time
+	}{
+		{"no lease", outbox.Token{}, at(0)},
+		{"unknown lease", outbox.NewToken(), at(0)},
+		{"another lane's lease", otherLane, at(0)},
+		{"lease expired exactly at now", lease, leaseEnd},
+		{"lease expired", lease, leaseEnd.Add(time.Hour)},
+	} {
+		got, err := e.store.Claim(e.ctx, outbox.ClaimParams{Lane: 4, Limit: 10, Now: c.now, Until: c.now.Add(time.Minute), Token: outbox.NewToken(), Lease: c.lease}, nil)
+		if err != nil || len(got) != 0 {
+			t.Errorf("%s: Claim = %s, %v; want no rows, nil", c.name, idList(ids(got)), err)
+		}
+	}
+	_, got := e.claimLane(4, 10, lease, leaseEnd.Add(-us), leaseEnd)
+	sameIDs(t, "claim under the live lease", ids(got), ids(recs))
+}

@@ -1,0 +1,212 @@
+package outboxtest
+
+import (
+	"testing"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+func parkedTests() []subtest {
+	return []subtest{
+		{"List", testParkedList},
+		{"Requeue", testRequeue},
+		{"Purge", testPurge},
+		{"FilterSelectors", testParkedFilterSelectors},
+	}
+}
+
+// parkedSet inserts pending and parked rows: parked rows of key a (lane), key b (lane)
+// and unordered ones, plus a pending row of key a and an unordered pending row.
+type parkedSet struct {
+	a, b           string
+	parkedA        []outbox.Record
+	parkedB        []outbox.Record
+	parkedU        []outbox.Record
+	pendingA, pend outbox.Record
+	all            []outbox.Record // every parked row, in ID order
+}
+
+func (e *env) parkedSet() parkedSet {
+	e.t.Helper()
+	keys := keysInLane(2, testLanes, 2)
+	s := parkedSet{a: keys[0], b: keys[1]}
+	var recs []outbox.Record
+	for i := 0; i < 7; i++ {
+		var r outbox.Record
+		switch i % 3 {
+		case 0:
+			r = laneRecord(s.a, at(0))
+			s.parkedA = append(s.parkedA, r)
+		case 1:
+			r = laneRecord(s.b, at(0))
+			s.parkedB = append(s.parkedB, r)
+		default:
+			r = NewRecord(at(0))
+			s.parkedU = append(s.parkedU, r)
+		}
+		recs = append(recs, r)
+	}
+	s.all = recs
+	s.pendingA, s.pend = laneRecord(s.a, at(0)), NewRecord(at(0))
+	e.insert(append(recs, s.pendingA, s.pend)...)
+	for _, r := range recs {
+		e.park(r.ID, "reason "+r.ID.String(), at(0))
+	}
+	return s
+}
+
+// ListParked pages through parked rows in ID order, optionally of one ordering key, and
+// never lists pending rows.
+func testParkedList(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	s := e.parkedSet()
+	var paged []outbox.ID
+	var after outbox.ID
+	for pages := 0; ; pages++ {
+		got, err := e.store.ListParked(e.ctx, outbox.ParkedQuery{After: after, Limit: 3})
+		if err != nil {
+			t.Fatalf("ListParked: %v", err)
+		}
+		if len(got) > 3 {
+			t.Fatalf("ListParked with Limit 3 = %d rows", len(got))
+		}
+		if len(got) == 0 {
+			break
+		}
+		for _, r := range got {
+			want := stored(s.byID(r.ID))
+			want.Status, want.LastError = outbox.StatusParked, "reason "+r.ID.String()
+			checkRecord(t, "listed row", cloneRecord(r), want)
+		}
+		paged = append(paged, ids(got)...)
+		after = got[len(got)-1].ID
+		if pages > 10 {
+			t.Fatalf("ListParked does not advance past %s", after)
+		}
+	}
+	sameIDs(t, "paging by 3", paged, ids(s.all))
+	got, err := e.store.ListParked(e.ctx, outbox.ParkedQuery{Limit: 100, OrderingKey: &s.a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameIDs(t, "parked rows of key a", ids(got), ids(s.parkedA))
+	got, err = e.store.ListParked(e.ctx, outbox.ParkedQuery{After: s.parkedB[0].ID, Limit: 1, OrderingKey: &s.b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameIDs(t, "second parked row of key b", ids(got), ids(s.parkedB[1:2]))
+}
+
+func (s parkedSet) byID(id outbox.ID) outbox.Record {
+	for _, r := range s.all {
+		if r.ID == id {
+			return r
+		}
+	}
+	return outbox.Record{}
+}
+
+// Requeue moves the selected parked rows back to pending, due at now, attempts reset;
+// pending rows are never touched.
+func testRequeue(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	s := e.parkedSet()
+	// Give the pending row an attempt so that a requeue touching it would show.
+	tok, _ := e.claimUnordered(1, at(0), at(time.Second))
+	if !e.fail(outbox.FailParams{Lane: outbox.Unordered, ID: s.pend.ID, Token: tok, Now: at(0), Error: "pending failure"}) {
+		t.Fatalf("setup: Fail = false")
+	}
+	now := at(time.Hour + 5*us)
+	requeue := func(f outbox.ParkedFilter, want int) {
+		t.Helper()
+		n, err := e.store.Requeue(e.ctx, f, now)
+		wantN(t, "Requeue", n, err, want)
+	}
+	requeue(outbox.ParkedFilter{IDs: idsOf(s.parkedU[0], s.pend, s.pendingA)}, 1)
+	requeue(outbox.ParkedFilter{OrderingKey: &s.a}, len(s.parkedA))
+	for _, r := range append([]outbox.Record{s.parkedU[0]}, s.parkedA...) {
+		// Due exactly at now, with attempts reset.
+		found := false
+		for _, g := range e.read(r.Lane, outbox.ID{}, now, 100) {
+			if g.ID == r.ID {
+				found = true
+				if g.Attempts != 0 || g.Status != outbox.StatusPending || !g.DeliverAt.Equal(now) {
+					t.Errorf("requeued row %s: attempts %d status %q due %s; want 0, pending, %s", r.ID, g.Attempts, g.Status, fmtTime(g.DeliverAt), fmtTime(now))
+				}
+			}
+		}
+		if !found {
+			t.Errorf("requeued row %s is not eligible at now", r.ID)
+		}
+	}
+	if n := e.count(now.Add(-us)); n != 2 {
+		t.Fatalf("Count a microsecond before the requeue instant = %d, want 2 (the pending rows only)", n)
+	}
+	pend := e.read(outbox.Unordered, outbox.ID{}, now, 10)
+	for _, g := range pend {
+		if g.ID == s.pend.ID && (g.Attempts != 1 || g.LastError != "pending failure") {
+			t.Errorf("Requeue changed a pending row: attempts %d error %q", g.Attempts, g.LastError)
+		}
+	}
+	left := len(s.parkedB) + len(s.parkedU) - 1
+	if p := e.parked(); len(p) != left {
+		t.Fatalf("%d parked rows left, want %d", len(p), left)
+	}
+	requeue(outbox.ParkedFilter{All: true}, left)
+	if p := e.parked(); len(p) != 0 {
+		t.Fatalf("%d parked rows left after requeueing all", len(p))
+	}
+	if n := e.count(now); n != int64(len(s.all)+2) {
+		t.Fatalf("Count = %d, want every row (%d)", n, len(s.all)+2)
+	}
+}
+
+// Purge deletes the selected parked rows and never a pending one.
+func testPurge(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	s := e.parkedSet()
+	purge := func(f outbox.ParkedFilter, want int) {
+		t.Helper()
+		n, err := e.store.Purge(e.ctx, f)
+		wantN(t, "Purge", n, err, want)
+	}
+	purge(outbox.ParkedFilter{IDs: idsOf(s.parkedU[0], s.pend)}, 1)
+	purge(outbox.ParkedFilter{OrderingKey: &s.b}, len(s.parkedB))
+	var wantLeft []outbox.ID
+	for _, r := range s.all {
+		if r.ID != s.parkedU[0].ID && r.OrderingKey != s.b {
+			wantLeft = append(wantLeft, r.ID)
+		}
+	}
+	sameIDs(t, "parked rows left", ids(e.parked()), wantLeft)
+	purge(outbox.ParkedFilter{All: true}, len(wantLeft))
+	if n := e.rawCount(e.opts.OutboxTable()); n != 2 {
+		t.Fatalf("%d rows left, want the 2 pending ones", n)
+	}
+	sameIDs(t, "pending rows", e.readIDs(outbox.Unordered, far), idsOf(s.pend))
+}
+
+// A filter with no selector or several selectors is an error, and changes nothing.
+func testParkedFilterSelectors(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	s := e.parkedSet()
+	bad := []outbox.ParkedFilter{
+		{},
+		{IDs: idsOf(s.parkedU[0]), All: true},
+		{IDs: idsOf(s.parkedA[0]), OrderingKey: &s.a},
+		{OrderingKey: &s.a, All: true},
+		{IDs: idsOf(s.parkedA[0]), OrderingKey: &s.a, All: true},
+	}
+	for _, f := range bad {
+		if n, err := e.store.Requeue(e.ctx, f, at(0)); err == nil {
+			t.Errorf("Requeue(%+v) = %d, nil; want an error", f, n)
+		}
+		if n, err := e.store.Purge(e.ctx, f); err == nil {
+			t.Errorf("Purge(%+v) = %d, nil; want an error", f, n)
+		}
+	}
+	if p := e.parked(); len(p) != len(s.all) {
+		t.Fatalf("%d parked rows left, want %d", len(p), len(s.all))
+	}
+}
