@@ -1,0 +1,302 @@
+package forwarder
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+)
+
+func TestConfigValidate(t *testing.T) {
+	var c Config
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if c.HandlerName != HandlerNameDefault || c.InFlight != InFlightDefault || c.LeaseTTL != LeaseTTLDefault || c.Owner == "" {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+	cases := []struct {
+		mut  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.ClaimBatch = -1 }, "ClaimBatch"},
+		{func(c *Config) { c.InFlight = -5 }, "InFlight"},
+		{func(c *Config) { c.RetryJitter = 1.5 }, "RetryJitter"},
+		{func(c *Config) { c.RetryMax = time.Millisecond }, "RetryMax"},
+		{func(c *Config) { c.LeaseTTL = time.Millisecond }, "LeaseTTL"},
+		{func(c *Config) { c.DisableOrdered, c.DisableUnordered = true, true }, "DisableOrdered"},
+		{func(c *Config) { c.PollInterval = -time.Second }, "PollInterval"},
+	}
+	for _, tc := range cases {
+		c := Config{}
+		tc.mut(&c)
+		c.setDefaults()
+		err := c.Validate()
+		if !errors.Is(err, outbox.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v", tc.want, err)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	c := Config{RetryBase: 100 * time.Millisecond, RetryMax: time.Second, RetryJitter: 0.2}
+	c.setDefaults()
+	for attempts, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 60: time.Second} {
+		for range 50 {
+			got := c.backoff(attempts)
+			lo := time.Duration(float64(want) * 0.8)
+			if got < lo || got > want*12/10 || got > c.RetryMax {
+				t.Fatalf("backoff(%d) = %s, want %s ±20%% capped at %s", attempts, got, want, c.RetryMax)
+			}
+		}
+	}
+}
+
+func TestFairShare(t *testing.T) {
+	for _, tc := range []struct {
+		members []string
+		owner   string
+		lanes   int
+		want    int
+	}{
+		{nil, "a", 64, 64},
+		{[]string{"a", "b"}, "a", 64, 32},
+		{[]string{"a", "b", "c"}, "a", 64, 22},
+		{[]string{"a", "b", "c"}, "b", 64, 21},
+		{[]string{"a", "c"}, "b", 64, 21}, // self missing from the list (heartbeat not seen yet)
+		{[]string{"a", "b", "c", "d", "e"}, "e", 3, 0},
+	} {
+		got, _, _ := fairShare(tc.members, tc.owner, tc.lanes)
+		if got != tc.want {
+			t.Errorf("fairShare(%v, %s, %d) = %d, want %d", tc.members, tc.owner, tc.lanes, got, tc.want)
+		}
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	tb := newTable(t, dialects[1], 4)
+	if _, err := New(tb.store, nil, Config{}, nil); !errors.Is(err, outbox.ErrInvalidOptions) || !strings.Contains(err.Error(), "targets") {
+		t.Fatalf("no targets: %v", err)
+	}
+	if _, err := New(tb.store, Targets{"": nil}, Config{}, nil); !errors.Is(err, outbox.ErrInvalidOptions) {
+		t.Fatalf("nil publisher: %v", err)
+	}
+	if _, err := New(tb.store, Targets{"": newRecorder()}, Config{MaxAttempts: -1}, nil); !errors.Is(err, outbox.ErrInvalidOptions) || !strings.Contains(err.Error(), "MaxAttempts") {
+		t.Fatalf("bad config: %v", err)
+	}
+}
+
+// Unordered rows arrive at a real (in-memory) pub/sub with UUID, metadata and payload
+// intact, and are deleted.
+func TestForwardUnorderedIntact(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000}, watermill.NopLogger{})
+		defer gc.Close()
+		topic := "orders"
+		sub, err := gc.Subscribe(context.Background(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 300
+		want := map[string]outbox.Record{}
+		var recs []outbox.Record
+		for i := range n {
+			r := tb.row(topic, "", strings.Repeat("x", i%7)+"payload")
+			md := message.Metadata{"i": string(rune('a' + i%26)), "empty": "", "bin": "\x00\xff"}
+			r.Headers = headercodec.EncodeMetadata(nil, md)
+			recs = append(recs, r)
+			want[r.MessageUUID] = r
+		}
+		tb.insert(t, recs...)
+		_, _ = start(t, tb.store, Targets{"": gc}, fastConfig())
+
+		for range n {
+			select {
+			case m := <-sub:
+				r, ok := want[m.UUID]
+				if !ok {
+					t.Fatalf("unexpected or duplicate message %s", m.UUID)
+				}
+				delete(want, m.UUID)
+				if !bytes.Equal(m.Payload, r.Body) {
+					t.Fatalf("payload %q, want %q", m.Payload, r.Body)
+				}
+				md, _ := headercodec.DecodeMetadata(r.Headers)
+				if len(m.Metadata) != len(md) {
+					t.Fatalf("metadata %v, want %v", m.Metadata, md)
+				}
+				for k, v := range md {
+					if m.Metadata.Get(k) != v {
+						t.Fatalf("metadata %q = %q, want %q", k, m.Metadata.Get(k), v)
+					}
+				}
+				m.Ack()
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%d messages missing", len(want))
+			}
+		}
+		waitFor(t, 10*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+	})
+}
+
+// The handler republishes under the row's destination to the row's transport, with the
+// row in the context.
+func TestHandlerRoutesByTransport(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		def, kafka := newRecorder(), newRecorder()
+		a := tb.row("topic-a", "", "a")
+		b := tb.row("topic-b", "key-b", "b")
+		b.Transport = "kafka"
+		tb.insert(t, a, b)
+		_, _ = start(t, tb.store, Targets{"": def, "kafka": kafka}, fastConfig())
+		waitFor(t, 10*time.Second, "both sent", func() bool { return len(def.got()) == 1 && len(kafka.got()) == 1 })
+		ga, gb := def.got()[0], kafka.got()[0]
+		if ga.topic != "topic-a" || ga.msg.UUID != a.MessageUUID || ga.row.ID != a.ID || ga.row.Lane != outbox.Unordered {
+			t.Fatalf("default transport got %+v", ga)
+		}
+		if gb.topic != "topic-b" || gb.msg.UUID != b.MessageUUID || gb.row.OrderingKey != "key-b" || gb.row.Lane != b.Lane || gb.row.Transport != "kafka" {
+			t.Fatalf("kafka transport got %+v", gb)
+		}
+		waitFor(t, 5*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+	})
+}
+
+// Rows that cannot be sent are parked with the reason; the others flow.
+func TestUnsendableRowsParked(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		good := tb.row("t", "", "good")
+		goodKeyed := tb.row("t", "k1", "good2")
+		unknown := tb.row("t", "", "unknown")
+		unknown.Transport = "nope"
+		unknownKeyed := tb.row("t", "k1", "unknown2")
+		unknownKeyed.Transport = "nope"
+		noDest := tb.row("", "", "nodest")
+		corrupt := tb.row("t", "", "corrupt")
+		after := tb.row("t", "k1", "after")
+		tb.insert(t, good, unknown, unknownKeyed, noDest, corrupt, goodKeyed, after)
+		tb.corruptHeaders(t, corrupt.ID)
+		f, _ := start(t, tb.store, Targets{"": rec}, fastConfig())
+		waitFor(t, 10*time.Second, "good rows sent and bad ones parked", func() bool {
+			return len(rec.got()) == 3 && len(tb.parked(t)) == 4
+		})
+		reasons := map[outbox.ID]string{}
+		for _, p := range tb.parked(t) {
+			reasons[p.ID] = p.LastError
+		}
+		for id, want := range map[outbox.ID]string{unknown.ID: `unknown transport "nope"`, unknownKeyed.ID: "unknown transport", noDest.ID: "missing destination", corrupt.ID: "corrupt"} {
+			if !strings.Contains(reasons[id], want) {
+				t.Errorf("row %s parked with %q, want it to mention %q", id, reasons[id], want)
+			}
+		}
+		if s := f.Stats(); s.Unordered.Parked != 3 || s.Unordered.Sent != 1 {
+			t.Errorf("unordered stats %+v", s.Unordered)
+		}
+	})
+}
+
+// The table holds a lane this forwarder cannot own: the router refuses to start.
+func TestRefusesTableWithLanesOutOfRange(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		wide := tb.withLanes(t, 16)
+		r := wide.row("t", keyInLane(12, 16, 0), "x")
+		wide.insert(t, r)
+		narrowOpts := wide.opts
+		narrowOpts.Lanes = 8
+		narrow, err := wide.d.newStore(wide.db, narrowOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := New(narrow, Targets{"": newRecorder()}, fastConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		router, _ := message.NewRouter(message.RouterConfig{}, nil)
+		if _, err := f.AddToRouter(router); err != nil {
+			t.Fatal(err)
+		}
+		err = router.Run(context.Background())
+		if !errors.Is(err, outbox.ErrLaneOutOfRange) || !strings.Contains(err.Error(), "lane 12") {
+			t.Fatalf("router run: %v", err)
+		}
+		if _, err := f.Subscribe(context.Background(), "x"); !errors.Is(err, outbox.ErrLaneOutOfRange) {
+			t.Fatalf("subscribe: %v", err)
+		}
+		if wide.rows(t) != 1 {
+			t.Fatal("row touched")
+		}
+	})
+}
+
+// Several forwarders (tables) fit in one router under their handler names.
+func TestTwoForwardersOneRouter(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		tb2 := tb.withLanes(t, 4)
+		rec := newRecorder()
+		tb.insert(t, tb.row("one", "", "1"), tb.row("one", "k", "1k"))
+		tb2.insert(t, tb2.row("two", "", "2"), tb2.row("two", "k", "2k"))
+		r, _ := message.NewRouter(message.RouterConfig{}, nil)
+		for i, st := range []outbox.Store{tb.store, tb2.store} {
+			cfg := fastConfig()
+			cfg.HandlerName = []string{"fwd_one", "fwd_two"}[i]
+			f, err := New(st, Targets{"": rec}, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.AddToRouter(r); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.AddToRouter(r); err == nil {
+				t.Fatal("second AddToRouter with the same handler name accepted")
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		waitFor(t, 10*time.Second, "4 messages", func() bool { return len(rec.got()) == 4 })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Notify wakes the claimer at once: with a poll interval far above the deadline, a
+// notified row arrives long before the next poll could find it.
+func TestNotifyWakesWithoutPolling(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		cfg := fastConfig()
+		cfg.PollInterval, cfg.MaxPollInterval = time.Hour, time.Hour
+		cfg.LeaseTTL = 300 * time.Millisecond
+		polls := &countingStore{Store: tb.store}
+		f, _ := start(t, polls, Targets{"": rec}, cfg)
+		key := keyInLane(3, tb.opts.Lanes, 0)
+		waitFor(t, 5*time.Second, "lanes held", func() bool { return len(f.Stats().HeldLanes) == tb.opts.Lanes })
+		time.Sleep(50 * time.Millisecond) // let every worker reach its (hour-long) idle wait
+		before := polls.claims.Load()
+
+		for i := range 3 {
+			u := tb.row("t", "", "u")
+			o := tb.row("t", key, "o")
+			tb.insert(t, u, o)
+			f.Notify(outbox.Commit{Lanes: []int{o.Lane}, Unordered: 1})
+			waitFor(t, 5*time.Second, "notified rows sent", func() bool { return len(rec.got()) == 2*(i+1) })
+		}
+		// Each wake-up costs one claim per woken loop plus the follow-ups of a partial
+		// batch, never a poll of every lane.
+		if got := polls.claims.Load() - before; got > 12 {
+			t.Fatalf("%d claims for 3 notified commits: polling, not notification", got)
+		}
+	})
+}
