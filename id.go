@@ -23,6 +23,7 @@ var idSource = struct {
 	sync.Mutex
 	entropy *ulid.MonotonicEntropy
 	last    ulid.ULID
+	scratch ulid.ULID
 }{entropy: ulid.Monotonic(rand.Reader, 0)}
 
 // NewID returns a new ID, strictly greater than every ID this process made before. It
@@ -36,10 +37,16 @@ func NewID() ID {
 		ms = last
 	}
 	for {
-		id, err := ulid.New(ms, idSource.entropy)
+		// Built in idSource.scratch rather than by ulid.New, whose local ULID escapes
+		// through its io.Reader parameter: one heap allocation per id otherwise.
+		id := &idSource.scratch
+		err := id.SetTime(ms)
+		if err == nil {
+			err = idSource.entropy.MonotonicRead(ms, id[6:])
+		}
 		if err == nil && id.Compare(idSource.last) > 0 {
-			idSource.last = id
-			return ID(id)
+			idSource.last = *id
+			return ID(*id)
 		}
 		// Entropy exhausted within one millisecond (practically never): move on to the next.
 		ms++
