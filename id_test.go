@@ -185,3 +185,10 @@ func BenchmarkNewIDParallel(b *testing.B) {
 		}
 	})
 }
+
+// The publisher counts on NewID allocating nothing (one allocation per published message).
+func TestNewIDDoesNotAllocate(t *testing.T) {
+	if allocs := testing.AllocsPerRun(1000, func() { _ = outbox.NewID() }); allocs != 0 {
+		t.Fatalf("NewID made %v allocations, want 0", allocs)
+	}
+}
