@@ -41,23 +41,32 @@ func fairShare(members []string, owner string, lanes int) (share, index, k int) 
 	return share, index, k
 }
 
-// runLeases is the lease manager: every LeaseTTL/3 it heartbeats, renews the leases it
-// holds (stopping a lane's worker at once when its renewal is refused), and moves
-// towards its fair share of lanes by acquiring free or expired leases or handing lanes
-// over. After Close it keeps the leases of draining workers alive, then leaves.
+// runLeases is the lease manager: every LeaseTTL/3 it heartbeats and renews the leases
+// it holds (stopping a lane's worker at once when its renewal is refused); every
+// min(LeaseTTL/3, MaxPollInterval) it reads the members and moves towards its fair share
+// of lanes by acquiring free or expired leases or handing lanes over. After Close it
+// keeps the leases of draining workers alive, then leaves.
 func (f *Forwarder) runLeases() {
 	defer f.services.Done()
 	holds := map[int]*laneHold{}
-	tick := f.cfg.LeaseTTL / 3
+	renewEvery := f.cfg.LeaseTTL / 3
+	// Membership is checked more often than leases are renewed, so that lanes released
+	// by a forwarder that left are taken over within about MaxPollInterval.
+	tick := min(renewEvery, f.cfg.MaxPollInterval)
+	var lastRenew time.Time
 	for {
-		f.leaseTick(holds)
+		renew := time.Since(lastRenew) >= renewEvery-tick/2
+		if renew {
+			lastRenew = time.Now()
+		}
+		f.leaseTick(holds, renew)
 		if !sleep(tick, f.stopping, nil) {
 			break
 		}
 	}
+	tick = renewEvery
 	// Shutdown: workers send what they claimed and release their leases on exit.
 	poll := min(tick, 20*time.Millisecond)
-	lastRenew := time.Now()
 	for {
 		f.reap(holds)
 		if len(holds) == 0 {
@@ -116,15 +125,16 @@ func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
 	}
 }
 
-func (f *Forwarder) leaseTick(holds map[int]*laneHold) {
+func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
 	defer cancel()
 	f.reap(holds)
-	now := f.now()
-	if err := f.store.Heartbeat(ctx, f.cfg.Owner, now.Add(f.cfg.LeaseTTL)); err != nil {
-		f.logger.Error("Cannot record the forwarder's heartbeat", err, nil)
+	if renew {
+		if err := f.store.Heartbeat(ctx, f.cfg.Owner, f.now().Add(f.cfg.LeaseTTL)); err != nil {
+			f.logger.Error("Cannot record the forwarder's heartbeat", err, nil)
+		}
+		f.renewLeases(holds)
 	}
-	f.renewLeases(holds)
 	if f.isStopping() {
 		return
 	}
@@ -169,7 +179,7 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold) {
 		f.logger.Error("Cannot list lane leases", err, nil)
 		return
 	}
-	now = f.now()
+	now := f.now()
 	taken := make([]bool, lanes)
 	for _, l := range leases {
 		if l.Lane >= 0 && l.Lane < lanes && !l.Token.IsZero() && l.ExpiresAt.After(now) {

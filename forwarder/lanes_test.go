@@ -1,0 +1,431 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// seqOf reads the per-key sequence number a test put in the payload ("key/seq").
+func seqOf(t testing.TB, m *message.Message) (string, int) {
+	t.Helper()
+	key, n, ok := strings.Cut(string(m.Payload), "/")
+	if !ok {
+		t.Fatalf("payload %q", m.Payload)
+	}
+	i, err := strconv.Atoi(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, i
+}
+
+// One forwarder: every message of every key arrives, in per-key order.
+func TestOrderedPerKeyOrder(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		const keys, per = 20, 25
+		var recs []outbox.Record
+		for i := range per {
+			for k := range keys {
+				key := fmt.Sprintf("key-%d", k)
+				recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
+			}
+		}
+		tb.insert(t, recs...)
+		_, _ = start(t, tb.store, Targets{"": rec}, fastConfig())
+		waitFor(t, 30*time.Second, "all messages", func() bool { return len(rec.got()) >= keys*per })
+		next := map[string]int{}
+		for _, p := range rec.got() {
+			key, i := seqOf(t, p.msg)
+			if i != next[key] {
+				t.Fatalf("key %s: got #%d, want #%d", key, i, next[key])
+			}
+			next[key]++
+		}
+		if len(rec.got()) != keys*per {
+			t.Fatalf("%d messages, want %d (duplicates)", len(rec.got()), keys*per)
+		}
+		waitFor(t, 5*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+	})
+}
+
+// A failing target: each nack backs off (attempts counted, no hot loop), then the row is
+// sent; in its lane the rows behind it wait for it.
+func TestNackBackoffThenSuccess(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		key := keyInLane(2, tb.opts.Lanes, 0)
+		flakyU := tb.row("t", "", "flaky-u")
+		flakyO := tb.row("t", key, key+"/0")
+		behind := tb.row("t", key, key+"/1")
+		tb.insert(t, flakyU, flakyO, behind)
+		const failures = 3
+		var mu sync.Mutex
+		calls := map[string][]time.Time{}
+		rec.setFail(func(_ string, m *message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[m.UUID] = append(calls[m.UUID], time.Now())
+			if len(calls[m.UUID]) <= failures && (m.UUID == flakyU.MessageUUID || m.UUID == flakyO.MessageUUID) {
+				return errors.New("broker down")
+			}
+			return nil
+		})
+		cfg := fastConfig()
+		cfg.RetryBase, cfg.RetryMax, cfg.RetryJitter = 40*time.Millisecond, 200*time.Millisecond, 0.01
+		_, _ = start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "all sent", func() bool { return len(rec.got()) == 3 })
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range []string{flakyU.MessageUUID, flakyO.MessageUUID} {
+			at := calls[id]
+			if len(at) != failures+1 {
+				t.Fatalf("%d publish calls for a row that failed %d times: want exactly %d (no hot loop)", len(at), failures, failures+1)
+			}
+			for i := 1; i < len(at); i++ {
+				// backoff 40ms·2^(i-1) ±1%, never shorter than ~0.9 of it
+				if min := time.Duration(float64(40*time.Millisecond<<(i-1)) * 0.9); at[i].Sub(at[i-1]) < min {
+					t.Fatalf("retry %d after %s, want at least %s", i, at[i].Sub(at[i-1]), min)
+				}
+			}
+		}
+		got := rec.got()
+		var order []string
+		for _, p := range got {
+			if p.row.OrderingKey == key {
+				order = append(order, string(p.msg.Payload))
+			}
+		}
+		if strings.Join(order, ",") != key+"/0,"+key+"/1" {
+			t.Fatalf("lane order %v", order)
+		}
+		waitFor(t, 5*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+	})
+}
+
+// poisonFail fails every publish of the given message UUIDs.
+func poisonFail(rec *recorder, uuids ...string) *sync.Map {
+	counts := &sync.Map{}
+	bad := map[string]bool{}
+	for _, u := range uuids {
+		bad[u] = true
+	}
+	rec.setFail(func(_ string, m *message.Message) error {
+		if bad[m.UUID] {
+			n, _ := counts.LoadOrStore(m.UUID, new(int))
+			*(n.(*int))++
+			return errors.New("poison")
+		}
+		return nil
+	})
+	return counts
+}
+
+// After MaxAttempts a row is parked, and everything else (its lane included) flows.
+func TestMaxAttemptsParks(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		key := keyInLane(1, tb.opts.Lanes, 0)
+		poisonU := tb.row("t", "", "poison-u")
+		poisonO := tb.row("t", key, key+"/0")
+		after := tb.row("t", key, key+"/1")
+		other := tb.row("t", "", "other")
+		tb.insert(t, poisonU, poisonO, after, other)
+		counts := poisonFail(rec, poisonU.MessageUUID, poisonO.MessageUUID)
+		cfg := fastConfig()
+		cfg.MaxAttempts = 3
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "poison parked, others sent", func() bool {
+			return len(tb.parked(t)) == 2 && len(rec.got()) == 2
+		})
+		for _, p := range tb.parked(t) {
+			if p.Attempts != 3 || !strings.Contains(p.LastError, "poison") {
+				t.Errorf("parked row %s: attempts %d, error %q", p.ID, p.Attempts, p.LastError)
+			}
+		}
+		for _, u := range []string{poisonU.MessageUUID, poisonO.MessageUUID} {
+			if n, _ := counts.Load(u); *(n.(*int)) != 3 {
+				t.Errorf("poison %s published %d times, want 3", u, *(n.(*int)))
+			}
+		}
+		s := f.Stats()
+		if s.Unordered.Parked != 1 || s.Unordered.Failed != 3 {
+			t.Errorf("unordered stats %+v", s.Unordered)
+		}
+		waitFor(t, 5*time.Second, "only parked rows left", func() bool { return tb.rows(t) == 2 })
+	})
+}
+
+// StopLaneOnPoison: the lane stops at its parked row (other lanes flow) until an
+// operator requeues it; then the lane resumes in order.
+func TestStopLaneOnPoison(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		key := keyInLane(4, tb.opts.Lanes, 0)
+		sameLane := keyInLane(4, tb.opts.Lanes, 1)
+		otherLane := keyInLane(5, tb.opts.Lanes, 0)
+		poison := tb.row("t", key, key+"/0")
+		after := tb.row("t", sameLane, sameLane+"/0")
+		other := tb.row("t", otherLane, otherLane+"/0")
+		tb.insert(t, poison, after, other)
+		poisonFail(rec, poison.MessageUUID)
+		cfg := fastConfig()
+		cfg.MaxAttempts = 2
+		cfg.StopLaneOnPoison = true
+		cfg.ClaimTTL = 300 * time.Millisecond
+		_, _ = start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "poison parked, other lane sent", func() bool {
+			return len(tb.parked(t)) == 1 && len(rec.got()) == 1
+		})
+		// Many polls and a full claim expiry later, the lane still holds.
+		time.Sleep(3 * cfg.ClaimTTL)
+		if got := rec.got(); len(got) != 1 || got[0].msg.UUID != other.MessageUUID {
+			t.Fatalf("sent %d messages while the lane is stopped", len(got))
+		}
+		rec.setFail(nil)
+		if n, err := tb.store.Requeue(context.Background(), outbox.ParkedFilter{All: true}, time.Now()); err != nil || n != 1 {
+			t.Fatalf("requeue: %d %v", n, err)
+		}
+		waitFor(t, 20*time.Second, "lane resumed", func() bool { return len(rec.got()) == 3 })
+		got := rec.got()
+		if got[1].msg.UUID != poison.MessageUUID || got[2].msg.UUID != after.MessageUUID {
+			t.Fatalf("lane resumed out of order: %s, %s", got[1].msg.Payload, got[2].msg.Payload)
+		}
+	})
+}
+
+// HoldParkedKeys: the parked row's later rows wait, other keys of the same lane flow.
+func TestHoldParkedKeys(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		a := keyInLane(6, tb.opts.Lanes, 0)
+		b := keyInLane(6, tb.opts.Lanes, 1)
+		a0 := tb.row("t", a, a+"/0")
+		a1 := tb.row("t", a, a+"/1")
+		b0 := tb.row("t", b, b+"/0")
+		a2 := tb.row("t", a, a+"/2")
+		b1 := tb.row("t", b, b+"/1")
+		tb.insert(t, a0, a1, b0, a2, b1)
+		poisonFail(rec, a0.MessageUUID)
+		cfg := fastConfig()
+		cfg.MaxAttempts = 2
+		cfg.HoldParkedKeys = true
+		_, _ = start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "key b sent", func() bool { return len(rec.got()) == 2 && len(tb.parked(t)) == 1 })
+		time.Sleep(300 * time.Millisecond)
+		got := rec.got()
+		if len(got) != 2 || got[0].msg.UUID != b0.MessageUUID || got[1].msg.UUID != b1.MessageUUID {
+			var s []string
+			for _, p := range got {
+				s = append(s, string(p.msg.Payload))
+			}
+			t.Fatalf("sent %v, want only key b in order", s)
+		}
+		if n := tb.rows(t); n != 3 {
+			t.Fatalf("%d rows left, want the parked row and the two held ones", n)
+		}
+	})
+}
+
+// A scheduled row is not sent before it is due and is sent once due, ordered or not.
+func TestScheduledRows(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		due := time.Now().Add(700 * time.Millisecond).UTC()
+		u := tb.row("t", "", "u")
+		u.DeliverAt = due
+		o := tb.row("t", "sched-key", "o")
+		o.DeliverAt = due
+		now := tb.row("t", "", "now")
+		tb.insert(t, u, o, now)
+		_, _ = start(t, tb.store, Targets{"": rec}, fastConfig())
+		waitFor(t, 10*time.Second, "all sent", func() bool { return len(rec.got()) == 3 })
+		for _, p := range rec.got() {
+			if p.msg.UUID != now.MessageUUID && p.at.Before(due) {
+				t.Fatalf("scheduled row sent %s before it was due", due.Sub(p.at))
+			}
+		}
+		if first := rec.got()[0]; first.msg.UUID != now.MessageUUID {
+			t.Fatal("due row not sent first")
+		}
+	})
+}
+
+// A forwarder paused past its lease has its lane taken over: it can neither complete
+// the row it was sending nor send the lane's next rows.
+func TestLeaseLossFencing(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		gate := make(chan struct{})
+		rec.gate = gate
+		lane := 3
+		key := keyInLane(lane, tb.opts.Lanes, 0)
+		r0 := tb.row("t", key, key+"/0")
+		r1 := tb.row("t", key, key+"/1")
+		tb.insert(t, r0, r1)
+		cfg := fastConfig()
+		cfg.LeaseTTL = 2 * time.Second
+		cfg.DisableUnordered = true
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 10*time.Second, "the first row in the target", func() bool { return rec.callCount() == 1 })
+
+		// The forwarder is "paused" inside Publish. Another owner takes the lane at an
+		// instant past every expiry the paused one could have renewed to.
+		later := time.Now().Add(cfg.LeaseTTL + time.Second)
+		thief := outbox.NewToken()
+		ok, err := tb.store.AcquireLease(context.Background(), outbox.LeaseParams{Lane: lane, Owner: "thief", Token: thief, Now: later, Until: later.Add(time.Minute)})
+		if err != nil || !ok {
+			t.Fatalf("takeover: %v %v", ok, err)
+		}
+		rec.mu.Lock()
+		rec.gate = nil
+		rec.mu.Unlock()
+		close(gate) // resume: the handler acks r0
+		waitFor(t, 10*time.Second, "lane dropped", func() bool {
+			for _, l := range f.Stats().HeldLanes {
+				if l == lane {
+					return false
+				}
+			}
+			return true
+		})
+		time.Sleep(200 * time.Millisecond)
+		if n := tb.rows(t); n != 2 {
+			t.Fatalf("%d rows left: the fenced forwarder completed a row of a lane it lost", n)
+		}
+		if got := rec.got(); len(got) != 1 {
+			t.Fatalf("the fenced forwarder sent %d messages, want only the one in flight", len(got))
+		}
+	})
+}
+
+// Close releases the leases and leaves: the remaining forwarder takes every lane within
+// its membership check, long before the released leases would have expired.
+func TestGracefulShutdownReleasesLeases(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		cfg := fastConfig()
+		cfg.LeaseTTL = 6 * time.Second // expiry-based takeover would need 6s
+		cfg.DisableUnordered = true
+		cfgA, cfgB := cfg, cfg
+		cfgA.Owner, cfgB.Owner = "a", "b"
+		a, stopA := start(t, tb.store, Targets{"": newRecorder()}, cfgA)
+		recB := newRecorder()
+		b, _ := start(t, tb.store, Targets{"": recB}, cfgB)
+		half := tb.opts.Lanes / 2
+		waitFor(t, 15*time.Second, "lanes shared", func() bool {
+			return len(a.Stats().HeldLanes) == half && len(b.Stats().HeldLanes) == half
+		})
+		aLanes := a.Stats().HeldLanes
+		stopA()
+		closed := time.Now()
+		leases, err := tb.store.Leases(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range leases {
+			if l.Owner == "a" {
+				t.Fatalf("lease of lane %d still held by the closed forwarder", l.Lane)
+			}
+		}
+		members, _ := tb.store.Members(context.Background(), time.Now())
+		if len(members) != 1 || members[0] != "b" {
+			t.Fatalf("members after close: %v", members)
+		}
+		waitFor(t, 3*time.Second, "b holds every lane", func() bool { return len(b.Stats().HeldLanes) == tb.opts.Lanes })
+		if took := time.Since(closed); took > cfg.LeaseTTL/2 {
+			t.Fatalf("takeover took %s", took)
+		}
+		key := keyInLane(aLanes[0], tb.opts.Lanes, 0)
+		tb.insert(t, tb.row("t", key, key+"/0"))
+		waitFor(t, 5*time.Second, "row of a taken-over lane sent", func() bool { return len(recB.got()) == 1 })
+	})
+}
+
+// Three forwarders share the lanes within one of lanes/K and rebalance when one leaves
+// or joins.
+func TestLanesSharedFairly(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		tb = tb.withLanes(t, 16)
+		cfg := fastConfig()
+		cfg.DisableUnordered = true
+		var fs []*Forwarder
+		var stops []func()
+		for i := range 3 {
+			c := cfg
+			c.Owner = fmt.Sprintf("fwd-%d", i)
+			f, stop := start(t, tb.store, Targets{"": newRecorder()}, c)
+			fs, stops = append(fs, f), append(stops, stop)
+		}
+		balanced := func(fs []*Forwarder) func() bool {
+			return func() bool {
+				total, k := 0, len(fs)
+				for _, f := range fs {
+					n := len(f.Stats().HeldLanes)
+					if n < 16/k || n > (16+k-1)/k {
+						return false
+					}
+					total += n
+				}
+				return total == 16
+			}
+		}
+		waitFor(t, 15*time.Second, "3 forwarders balanced", balanced(fs))
+		stops[1]()
+		rest := []*Forwarder{fs[0], fs[2]}
+		waitFor(t, 15*time.Second, "2 forwarders balanced after one left", balanced(rest))
+		c := cfg
+		c.Owner = "fwd-late"
+		late, _ := start(t, tb.store, Targets{"": newRecorder()}, c)
+		waitFor(t, 15*time.Second, "3 forwarders balanced after one joined", balanced(append(rest, late)))
+		// No lane is held twice.
+		seen := map[int]bool{}
+		for _, f := range append(rest, late) {
+			for _, l := range f.Stats().HeldLanes {
+				if seen[l] {
+					t.Fatalf("lane %d held by two forwarders", l)
+				}
+				seen[l] = true
+			}
+		}
+	})
+}
+
+// Claims of unordered rows in flight are renewed: with a claim TTL far below the send
+// time, a second forwarder never gets the same rows.
+func TestUnorderedClaimsRenewed(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		rec.setFail(func(string, *message.Message) error { time.Sleep(time.Second); return nil })
+		var recs []outbox.Record
+		for i := range 20 {
+			recs = append(recs, tb.row("t", "", strconv.Itoa(i)))
+		}
+		tb.insert(t, recs...)
+		cfg := fastConfig()
+		cfg.ClaimTTL = 300 * time.Millisecond
+		cfg.DisableOrdered = true
+		for i := range 2 {
+			c := cfg
+			c.Owner = fmt.Sprint(i)
+			_, _ = start(t, tb.store, Targets{"": rec}, c)
+		}
+		waitFor(t, 20*time.Second, "all sent and deleted", func() bool { return len(rec.got()) >= 20 && tb.rows(t) == 0 })
+		seen := map[string]bool{}
+		for _, p := range rec.got() {
+			if seen[p.msg.UUID] {
+				t.Fatalf("message %s sent twice: its claim was not renewed", p.msg.UUID)
+			}
+			seen[p.msg.UUID] = true
+		}
+	})
+}
