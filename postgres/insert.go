@@ -9,24 +9,25 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
 )
 
 // insertBuf holds one array per column of the unnest INSERT. Buffers are pooled per
 // Store so a steady stream of commits allocates no per-row memory of its own; the
-// element slices alias the caller's records (pgx encodes them before Exec returns).
+// elements alias the caller's records (pgx encodes them before Exec returns).
 type insertBuf struct {
-	ids, headers, bodies                  [][]byte
-	uuids, keys, transports, dests, types []string
-	tenants                               []string
-	lanes                                 []int32
-	created, deliver                      []time.Time
-	args                                  []any // pointers to the slices above: boxing a pointer allocates nothing
+	ids, headers, bodies                           column[byteaElem]
+	uuids, keys, transports, dests, types, tenants column[textElem]
+	lanes                                          column[int4Elem]
+	created, deliver                               column[timeElem]
+	args                                           []any
 }
 
 func newInsertBuf() *insertBuf {
 	b := &insertBuf{}
+	// Pointers: boxing a pointer allocates nothing.
 	b.args = []any{&b.ids, &b.uuids, &b.lanes, &b.keys, &b.transports, &b.dests, &b.types,
 		&b.headers, &b.bodies, &b.tenants, &b.created, &b.deliver}
 	return b
@@ -34,19 +35,55 @@ func newInsertBuf() *insertBuf {
 
 // reset empties the buffers and drops the references to the caller's records.
 func (b *insertBuf) reset() {
-	clear(b.ids)
-	clear(b.headers)
-	clear(b.bodies)
-	clear(b.uuids)
-	clear(b.keys)
-	clear(b.transports)
-	clear(b.dests)
-	clear(b.types)
-	clear(b.tenants)
-	b.ids, b.headers, b.bodies = b.ids[:0], b.headers[:0], b.bodies[:0]
-	b.uuids, b.keys, b.transports, b.dests, b.types = b.uuids[:0], b.keys[:0], b.transports[:0], b.dests[:0], b.types[:0]
-	b.tenants, b.lanes, b.created, b.deliver = b.tenants[:0], b.lanes[:0], b.created[:0], b.deliver[:0]
+	for _, c := range []interface{ reset() }{&b.ids, &b.headers, &b.bodies, &b.uuids, &b.keys, &b.transports,
+		&b.dests, &b.types, &b.tenants, &b.lanes, &b.created, &b.deliver} {
+		c.reset()
+	}
 }
+
+// column is a one-dimensional array parameter that pgx encodes in binary without boxing
+// each element: Index returns a pointer into elems (no allocation), and each element
+// type implements the pgtype valuer interface of its codec. pgx's own slice support
+// boxes every string, []byte and time.Time, which costs ten allocations a row.
+type column[E any] struct {
+	elems []E
+	dims  [1]pgtype.ArrayDimension
+}
+
+func (c *column[E]) Dimensions() []pgtype.ArrayDimension {
+	c.dims[0] = pgtype.ArrayDimension{Length: int32(len(c.elems)), LowerBound: 1}
+	return c.dims[:]
+}
+func (c *column[E]) Index(i int) any { return &c.elems[i] }
+func (c *column[E]) IndexType() any  { return (*E)(nil) }
+func (c *column[E]) add(e E)         { c.elems = append(c.elems, e) }
+func (c *column[E]) reset()          { clear(c.elems); c.elems = c.elems[:0] }
+
+type (
+	byteaElem []byte
+	textElem  string
+	int4Elem  int32
+	timeElem  time.Time
+)
+
+func (e *byteaElem) BytesValue() ([]byte, error) { return *e, nil }
+func (e *textElem) TextValue() (pgtype.Text, error) {
+	return pgtype.Text{String: string(*e), Valid: true}, nil
+}
+func (e *int4Elem) Int64Value() (pgtype.Int8, error) {
+	return pgtype.Int8{Int64: int64(*e), Valid: true}, nil
+}
+func (e *timeElem) TimestamptzValue() (pgtype.Timestamptz, error) {
+	return pgtype.Timestamptz{Time: time.Time(*e), Valid: true}, nil
+}
+
+var (
+	_ pgtype.ArrayGetter       = (*column[byteaElem])(nil)
+	_ pgtype.BytesValuer       = (*byteaElem)(nil)
+	_ pgtype.TextValuer        = (*textElem)(nil)
+	_ pgtype.Int64Valuer       = (*int4Elem)(nil)
+	_ pgtype.TimestamptzValuer = (*timeElem)(nil)
+)
 
 // maxPooledRows keeps one huge commit from pinning its buffers in the pool forever.
 const maxPooledRows = 16384
@@ -84,22 +121,22 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		if deliver.IsZero() {
 			deliver = r.CreatedAt
 		}
-		b.ids = append(b.ids, r.ID[:])
-		b.uuids = append(b.uuids, r.MessageUUID)
-		b.lanes = append(b.lanes, int32(r.Lane)) // Unordered (-1) becomes NULL in SQL
-		b.keys = append(b.keys, r.OrderingKey)
-		b.transports = append(b.transports, r.Transport)
-		b.dests = append(b.dests, r.Destination)
-		b.types = append(b.types, r.MessageType)
-		b.headers = append(b.headers, r.Headers)
-		b.bodies = append(b.bodies, body)
-		b.tenants = append(b.tenants, r.TenantID)
-		b.created = append(b.created, r.CreatedAt)
-		b.deliver = append(b.deliver, deliver)
+		b.ids.add(r.ID[:])
+		b.uuids.add(textElem(r.MessageUUID))
+		b.lanes.add(int4Elem(r.Lane)) // Unordered (-1) becomes NULL in SQL
+		b.keys.add(textElem(r.OrderingKey))
+		b.transports.add(textElem(r.Transport))
+		b.dests.add(textElem(r.Destination))
+		b.types.add(textElem(r.MessageType))
+		b.headers.add(r.Headers)
+		b.bodies.add(body)
+		b.tenants.add(textElem(r.TenantID))
+		b.created.add(timeElem(r.CreatedAt))
+		b.deliver.add(timeElem(deliver))
 	}
 	_, err := tx.ExecContext(ctx, s.q.insert, b.args...)
 	b.reset()
-	if cap(b.ids) <= maxPooledRows {
+	if cap(b.ids.elems) <= maxPooledRows {
 		s.inserts.Put(b)
 	}
 	return wrap("insert", err)
