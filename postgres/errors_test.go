@@ -93,7 +93,7 @@ func TestStoreTranslatesRetryable(t *testing.T) {
 	}
 	defer tx.Rollback()
 	lanesTbl := postgres.QualifiedTable(s.Options(), s.Options().LanesTable())
-	if _, err := tx.Exec(`SELECT 1 FROM ` + lanesTbl + ` WHERE lane = $1 FOR UPDATE`, r.Lane); err != nil {
+	if _, err := tx.Exec(`SELECT 1 FROM `+lanesTbl+` WHERE lane = $1 FOR UPDATE`, r.Lane); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := db.Conn(ctx)

@@ -144,4 +144,3 @@ func nullText(s string) any {
 	}
 	return s
 }
-
