@@ -1,17 +1,11 @@
-//go:build suite
-
 package postgres_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/outboxtest"
@@ -46,4 +40,8 @@ func harness(t testing.TB) outboxtest.Harness {
 
 func TestConformance(t *testing.T) {
 	outboxtest.Run(t, harness(t))
+}
+
+func BenchmarkStore(b *testing.B) {
+	outboxtest.Bench(b, harness(b))
 }

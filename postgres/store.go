@@ -81,15 +81,10 @@ func (s *Store) checkLane(op string, lane int) error {
 	return nil
 }
 
-// checkFence validates the lane/lease pair of an ordered mutation.
-func (s *Store) checkFence(op string, lane int, lease outbox.Token) error {
-	if err := s.checkLane(op, lane); err != nil {
-		return err
-	}
-	if lane != outbox.Unordered && lease.IsZero() {
-		return invalid(op, "lane %d requires a lease token", lane)
-	}
-	return nil
+// noLease reports an ordered operation without a lease token: no lease row can hold the
+// zero token (CHECK), so it is a lease that is not live: nothing changes, no error.
+func noLease(lane int, lease outbox.Token) bool {
+	return lane != outbox.Unordered && lease.IsZero()
 }
 
 // Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
@@ -138,7 +133,7 @@ func closeRows(rows *sql.Rows) error {
 // Claim takes up to c.Limit eligible rows for c.Token in one statement.
 func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
 	dst = dst[:0]
-	if err := s.checkFence("claim", c.Lane, c.Lease); err != nil {
+	if err := s.checkLane("claim", c.Lane); err != nil {
 		return dst, err
 	}
 	switch {
@@ -148,6 +143,9 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 		return dst, invalid("claim", "zero claim token")
 	case !c.Until.After(c.Now):
 		return dst, invalid("claim", "until %s is not after now %s", c.Until, c.Now)
+	}
+	if noLease(c.Lane, c.Lease) {
+		return dst, nil
 	}
 	var rows *sql.Rows
 	var err error
@@ -200,10 +198,10 @@ func idArgs(ids []outbox.ID) [][]byte {
 
 // Renew extends the live claims of r.Token; it never shortens an expiry.
 func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
-	if err := s.checkFence("renew", r.Lane, r.Lease); err != nil {
+	if err := s.checkLane("renew", r.Lane); err != nil {
 		return 0, err
 	}
-	if r.Token.IsZero() {
+	if r.Token.IsZero() || noLease(r.Lane, r.Lease) {
 		return 0, nil
 	}
 	args := make([]any, 3, 6)
@@ -237,10 +235,10 @@ func (s *Store) execCount(ctx context.Context, op, query string, args ...any) (i
 
 // Complete deletes the rows among c.IDs whose live claim is c.Token.
 func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
-	if err := s.checkFence("complete", c.Lane, c.Lease); err != nil {
+	if err := s.checkLane("complete", c.Lane); err != nil {
 		return 0, err
 	}
-	if len(c.IDs) == 0 || c.Token.IsZero() {
+	if len(c.IDs) == 0 || c.Token.IsZero() || noLease(c.Lane, c.Lease) {
 		return 0, nil
 	}
 	if c.Lane == outbox.Unordered {
@@ -251,10 +249,10 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 
 // Fail records a failed attempt of one row held with f.Token, in one statement.
 func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
-	if err := s.checkFence("fail", f.Lane, f.Lease); err != nil {
+	if err := s.checkLane("fail", f.Lane); err != nil {
 		return false, err
 	}
-	if f.Token.IsZero() {
+	if f.Token.IsZero() || noLease(f.Lane, f.Lease) {
 		return false, nil
 	}
 	var retry any // NULL keeps deliver_at
