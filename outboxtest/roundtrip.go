@@ -163,7 +163,7 @@ func testRoundTripTimestamps(t *testing.T, h Harness) {
 		checkRecord(t, "Read", got[i], stored(recs[i]))
 	}
 	// The claim expiry the store reports is the instant given, in UTC.
-	until := at(time.Hour + 7*time.Microsecond).In(kolkata)
+	until := far.Add(7 * time.Microsecond).In(kolkata)
 	tok, claimed := e.claimUnordered(10, far.Add(-time.Hour).In(newYork), until)
 	for _, c := range claimed {
 		if c.ClaimToken != tok {
