@@ -1,0 +1,94 @@
+package sqlserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	mssql "github.com/microsoft/go-mssqldb"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// SQL Server error numbers the store treats as transient.
+const (
+	errDeadlock    = 1205 // chosen as deadlock victim; the statement was rolled back
+	errLockTimeout = 1222 // lock request time out period exceeded (SET LOCK_TIMEOUT)
+)
+
+// serverError returns the SQL Server error in err's chain, if any. go-mssqldb returns
+// mssql.Error by value; a pointer is accepted too in case a wrapper takes its address.
+func serverError(err error) (mssql.Error, bool) {
+	var v mssql.Error
+	if errors.As(err, &v) {
+		return v, true
+	}
+	var p *mssql.Error
+	if errors.As(err, &p) && p != nil {
+		return *p, true
+	}
+	return mssql.Error{}, false
+}
+
+// hasNumber reports whether e (or any error of the batch it reports) has number n.
+func hasNumber(e mssql.Error, n int32) bool {
+	if e.Number == n {
+		return true
+	}
+	for _, x := range e.All {
+		if x.Number == n {
+			return true
+		}
+	}
+	return false
+}
+
+func isDeadlock(err error) bool {
+	e, ok := serverError(err)
+	return ok && hasNumber(e, errDeadlock)
+}
+
+// translate marks transient server errors as *outbox.RetryableError; everything else is
+// returned unchanged.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var r *outbox.RetryableError
+	if errors.As(err, &r) {
+		return err
+	}
+	if e, ok := serverError(err); ok && (hasNumber(e, errDeadlock) || hasNumber(e, errLockTimeout)) {
+		return &outbox.RetryableError{Err: err}
+	}
+	return err
+}
+
+// wrap names the operation and translates err; nil stays nil.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("sqlserver: %s: %w", op, translate(err))
+}
+
+// invalid reports a caller error (bad parameters), distinct from database failures.
+func invalid(op, format string, args ...any) error {
+	return fmt.Errorf("sqlserver: %s: %s", op, fmt.Sprintf(format, args...))
+}
+
+// deadlockRetries is how many times an autocommit statement chosen as a deadlock victim
+// is run again. The victim's statement was rolled back whole, so running it again is
+// safe; claimers and completers touching neighbouring keys meet such deadlocks now and
+// then under load.
+const deadlockRetries = 2
+
+// retry runs fn, again while it fails as a deadlock victim (at most deadlockRetries more
+// times) and ctx is live.
+func retry(ctx context.Context, fn func() error) error {
+	err := fn()
+	for i := 0; i < deadlockRetries && err != nil && isDeadlock(err) && ctx.Err() == nil; i++ {
+		err = fn()
+	}
+	return err
+}

@@ -1,0 +1,118 @@
+package sqlserver
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	_ "github.com/microsoft/go-mssqldb"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// openUnreachable returns a *sql.DB that is never connected: construction and
+// argument checks need no server.
+func openUnreachable(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlserver", "sqlserver://sa:x@127.0.0.1:1?database=none&dial+timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestMaxTablePrefix(t *testing.T) {
+	if got, want := longestSuffix(), "outbox_df_message_uuid"; got != want {
+		t.Fatalf("longest suffix %q, want %q", got, want)
+	}
+	if MaxTablePrefixUnits() != 106 {
+		t.Fatalf("MaxTablePrefixUnits() = %d, want 106", MaxTablePrefixUnits())
+	}
+	// At the limit every generated name fits exactly or with room.
+	o := outbox.Options{TablePrefix: strings.Repeat("p", MaxTablePrefixUnits())}
+	for _, name := range newNames(o).all() {
+		if n := utf16Len(name); n > MaxIdentifierUnits {
+			t.Errorf("%q is %d units", name, n)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	emoji := "\U0001F600" // two UTF-16 code units
+	ok := []Options{
+		{},
+		{Options: outbox.Options{Schema: "messaging", TablePrefix: "orders_", Lanes: 1}},
+		{Options: outbox.Options{TablePrefix: strings.Repeat("p", 106)}},
+		{Options: outbox.Options{TablePrefix: strings.Repeat(emoji, 53)}},
+		{Options: outbox.Options{TablePrefix: strings.Repeat("é", 106)}}, // BMP: one unit each
+		{Options: outbox.Options{Schema: strings.Repeat("s", 128)}},
+		{Options: outbox.Options{Schema: strings.Repeat(emoji, 64)}},
+		{Options: outbox.Options{Schema: "a]b'c", TablePrefix: "x]'[_"}},
+		{Options: outbox.Options{Lanes: outbox.LanesMax}},
+	}
+	for _, o := range ok {
+		if _, err := o.validate(); err != nil {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+	bad := []struct {
+		opts     Options
+		contains []string
+	}{
+		{Options{Options: outbox.Options{TablePrefix: strings.Repeat("p", 107)}}, []string{"TablePrefix", "107 UTF-16 code units", "at most 106", "outbox_df_message_uuid"}},
+		{Options{Options: outbox.Options{TablePrefix: strings.Repeat(emoji, 54)}}, []string{"TablePrefix", "108 UTF-16 code units"}},
+		{Options{Options: outbox.Options{Schema: strings.Repeat("s", 129)}}, []string{"Schema", "129 UTF-16 code units", "128"}},
+		{Options{Options: outbox.Options{Schema: strings.Repeat(emoji, 65)}}, []string{"Schema", "130 UTF-16 code units"}},
+		{Options{Options: outbox.Options{Schema: "   "}}, []string{"Schema", "blank"}},
+		{Options{Options: outbox.Options{TablePrefix: "a\x00b"}}, []string{"TablePrefix", "NUL"}},
+		{Options{Options: outbox.Options{Schema: "a\x00b"}}, []string{"Schema", "NUL"}},
+		{Options{Options: outbox.Options{TablePrefix: "a\xffb"}}, []string{"TablePrefix", "UTF-8"}},
+		{Options{Options: outbox.Options{Schema: "\xc3"}}, []string{"Schema", "UTF-8"}},
+		{Options{Options: outbox.Options{Lanes: -1}}, []string{"Lanes"}},
+		{Options{Options: outbox.Options{Lanes: outbox.LanesMax + 1}}, []string{"Lanes"}},
+	}
+	for _, c := range bad {
+		_, err := c.opts.validate()
+		if !errors.Is(err, outbox.ErrInvalidOptions) {
+			t.Errorf("%.60q: error %v does not wrap ErrInvalidOptions", c.opts.TablePrefix+"|"+c.opts.Schema, err)
+			continue
+		}
+		for _, s := range c.contains {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q lacks %q", err, s)
+			}
+		}
+		// New and CreateScript refuse the same options.
+		if _, nerr := New(openUnreachable(t), c.opts); !errors.Is(nerr, outbox.ErrInvalidOptions) {
+			t.Errorf("New accepted %+v: %v", c.opts, nerr)
+		}
+		if _, serr := CreateScript(c.opts); !errors.Is(serr, outbox.ErrInvalidOptions) {
+			t.Errorf("CreateScript accepted %+v: %v", c.opts, serr)
+		}
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	s, err := New(openUnreachable(t), Options{Options: outbox.Options{TablePrefix: "x_"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Options(); got.Lanes != outbox.LanesDefault || got.TablePrefix != "x_" || got.Schema != "" {
+		t.Fatalf("Options() = %+v", got)
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Fatal("New(nil db) succeeded")
+	}
+}
+
+func TestQualifiedTable(t *testing.T) {
+	if got := QualifiedTable(outbox.Options{}, "outbox"); got != "[dbo].[outbox]" {
+		t.Errorf("default schema: %s", got)
+	}
+	o := outbox.Options{Schema: "m]s", TablePrefix: "p]_"}
+	if got := QualifiedTable(o, o.LanesTable()); got != "[m]]s].[p]]_outbox_lanes]" {
+		t.Errorf("quoted: %s", got)
+	}
+}

@@ -1,0 +1,249 @@
+package sqlserver
+
+import (
+	"strconv"
+	"strings"
+)
+
+// All of the dialect's DML lives here, built once per store from the quoted names.
+// Parameters are named (@now, @tok, ...): go-mssqldb sends []byte as varbinary and
+// time.Time as datetimeoffset(7); ids and tokens are CAST to binary(16) so comparisons
+// with the key columns are plain seeks, never conversions of the column. The literal
+// 'pending' and 'parked' (never parameters) let the optimizer match the filtered indexes.
+
+// selectCols is the column order every row scan expects (see scanRecord).
+const selectCols = "id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, " +
+	"tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at"
+
+// insertCols are the columns Insert writes; the others start at their defaults
+// (attempts 0, status pending, no error, no claim).
+var insertCols = []string{
+	"id", "message_uuid", "lane", "ordering_key", "transport", "destination", "message_type",
+	"headers", "body", "tenant_id", "created_at", "deliver_at",
+}
+
+// claimedTable declares the table variable a claim's OUTPUT goes INTO: OUTPUT without
+// INTO fails (error 334) on a table with enabled triggers, and bulk copy's FIRE_TRIGGERS
+// promises that triggers are welcome.
+const claimedTable = "DECLARE @claimed TABLE (id binary(16) NOT NULL PRIMARY KEY, message_uuid nvarchar(max), " +
+	"lane int, ordering_key nvarchar(max), transport nvarchar(max), destination nvarchar(max), " +
+	"message_type nvarchar(max), headers varbinary(max), body varbinary(max), tenant_id nvarchar(max), " +
+	"created_at datetimeoffset(7), deliver_at datetimeoffset(7), attempts int, last_error nvarchar(max), " +
+	"status varchar(16), claim_token binary(16), claim_expires_at datetimeoffset(7));"
+
+// eligible is the eligibility rule for alias a at @now.
+func eligible(a string) string {
+	return a + ".status = 'pending' AND " + a + ".deliver_at <= @now AND (" +
+		a + ".claim_expires_at IS NULL OR " + a + ".claim_expires_at <= @now)"
+}
+
+func binParam(name string) string { return "CAST(@" + name + " AS binary(16))" }
+
+// sameKey compares ordering keys exactly: '=' on nvarchar follows the column's collation
+// (usually case-insensitive) and ignores trailing spaces, while keys are Go strings.
+func sameKey(a, b string) string {
+	return "CAST(" + a + " AS varbinary(max)) = CAST(" + b + " AS varbinary(max))"
+}
+
+type queries struct {
+	outbox, lanes, nodes string // quoted, schema-qualified
+
+	readUnordered, readLane                  string
+	claimUnordered, claimLane, claimLaneHold string
+	fail, failFenced                         string
+	park, count, stats, maxLane              string
+	parkedAny, parkedKey, parkedNullKey      string
+	requeueAll, requeueKey, requeueNullKey   string
+	purgeAll, purgeKey, purgeNullKey         string
+	acquireLease, renewLease, releaseLease   string
+	leases, heartbeat, members, leave        string
+}
+
+func newQueries(n names) *queries {
+	s := quoteIdent(n.schema) + "."
+	q := &queries{outbox: s + quoteIdent(n.outbox), lanes: s + quoteIdent(n.lanes), nodes: s + quoteIdent(n.nodes)}
+	t := q.outbox
+
+	// READPAST: a read or count does not wait for writers' open transactions (their rows
+	// are not committed, so not eligible) nor for rows being claimed.
+	read := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (READPAST) WHERE %s AND o.id > " +
+		binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
+	q.readUnordered = strings.Replace(read, "%s", "o.lane IS NULL", 1)
+	q.readLane = strings.Replace(read, "%s", "o.lane = @lane", 1)
+
+	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK)", "o.lane IS NULL AND "+eligible("o"))
+	q.claimLane = q.claim("WITH (UPDLOCK, ROWLOCK)", q.laneHead(false))
+	q.claimLaneHold = q.claim("WITH (UPDLOCK, ROWLOCK)", q.laneHead(true))
+
+	failSQL := "UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
+		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
+		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
+		"WHERE id = " + binParam("id") + " AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now AND status = 'pending'"
+	q.fail = failSQL
+	q.failFenced = failSQL + " AND lane = @lane AND " + q.liveLease()
+
+	q.park = "UPDATE " + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
+		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)"
+
+	q.count = "SELECT COUNT_BIG(*) FROM " + t + " AS o WITH (READPAST) WHERE " + eligible("o")
+	// One statement, so the lanes and the parked count come from one read.
+	q.stats = "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o WITH (READPAST) WHERE " + eligible("o") +
+		" GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM " + t + " AS p WITH (READPAST) WHERE p.status = 'parked'"
+	// Each half is the last entry of a filtered index.
+	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WITH (READPAST) WHERE status = 'pending' " +
+		"UNION ALL SELECT MAX(lane) FROM " + t + " WITH (READPAST) WHERE status = 'parked') AS m"
+
+	parked := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
+	q.parkedAny = parked + " ORDER BY o.id"
+	q.parkedKey = parked + " AND " + sameKey("o.ordering_key", "@key") + " ORDER BY o.id"
+	q.parkedNullKey = parked + " AND o.ordering_key IS NULL ORDER BY o.id"
+
+	requeue := "UPDATE " + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+		"WHERE status = 'parked'"
+	q.requeueAll = requeue
+	q.requeueKey = requeue + " AND " + sameKey("ordering_key", "@key")
+	q.requeueNullKey = requeue + " AND ordering_key IS NULL"
+	purge := "DELETE FROM " + t + " WHERE status = 'parked'"
+	q.purgeAll = purge
+	q.purgeKey = purge + " AND " + sameKey("ordering_key", "@key")
+	q.purgeNullKey = purge + " AND ordering_key IS NULL"
+
+	// HOLDLOCK makes the MERGE an atomic upsert: two acquirers of a free lane cannot
+	// both insert (one waits, then sees the other's live lease).
+	q.acquireLease = "MERGE " + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
+		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
+		"expires_at = CASE WHEN l.token = " + binParam("tok") + " AND l.expires_at > @until THEN l.expires_at ELSE @until END " +
+		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", @until);"
+	q.renewLease = "UPDATE " + q.lanes + " SET expires_at = CASE WHEN expires_at < @until THEN @until ELSE expires_at END " +
+		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > @now"
+	q.releaseLease = "DELETE FROM " + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok")
+	q.leases = "SELECT lane, owner, token, expires_at FROM " + q.lanes + " ORDER BY lane"
+
+	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT @owner AS owner) AS s ON n.owner = s.owner " +
+		"WHEN MATCHED THEN UPDATE SET expires_at = @until " +
+		"WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, @until);"
+	q.members = "SELECT owner FROM " + q.nodes + " WHERE expires_at > @now"
+	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = @owner"
+	return q
+}
+
+// liveLease is true when @lease is the live lease of @lane at @now.
+func (q *queries) liveLease() string {
+	return "EXISTS (SELECT 1 FROM " + q.lanes + " AS l WHERE l.lane = @lane AND l.token = " + binParam("lease") + " AND l.expires_at > @now)"
+}
+
+// claim builds a claim batch: one UPDATE through a TOP (@n) ... ORDER BY id CTE takes
+// the rows, its OUTPUT goes to @claimed, and the SELECT returns them in id order. The
+// isolation level is set because READPAST is refused under SERIALIZABLE, which a pooled
+// connection might carry over from an application's transaction.
+func (q *queries) claim(hints, where string) string {
+	return "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n" + claimedTable + "\n" +
+		"WITH c AS (SELECT TOP (@n) * FROM " + q.outbox + " AS o " + hints + " WHERE " + where + " ORDER BY o.id)\n" +
+		"UPDATE c SET claim_token = " + binParam("tok") + ", claim_expires_at = @until OUTPUT " +
+		prefixed("inserted.", selectCols) + " INTO @claimed;\n" +
+		"SELECT " + selectCols + " FROM @claimed ORDER BY id;"
+}
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
+}
+
+// laneHead is the WHERE clause of an ordered claim: under a live lease, the eligible
+// rows of @lane that come before every row holding the lane. Only the first @n pending
+// rows of the lane are examined, since no more can be claimed. With hold, a row whose
+// ordering key has an earlier parked row in the lane is left out of both (it neither is
+// claimed nor holds the lane). No READPAST: a head row another session has locked must
+// hold the lane, not be skipped.
+func (q *queries) laneHead(hold bool) string {
+	held := func(a string) string {
+		if !hold {
+			return ""
+		}
+		return " AND NOT EXISTS (SELECT 1 FROM " + q.outbox + " AS p WHERE p.lane = @lane AND p.status = 'parked' AND p.id < " +
+			a + ".id AND " + sameKey("p.ordering_key", a+".ordering_key") + ")"
+	}
+	return "o.lane = @lane AND " + eligible("o") + held("o") + " AND " + q.liveLease() +
+		" AND o.id < ALL (SELECT h.id FROM (SELECT TOP (@n) b.id, b.deliver_at, b.claim_expires_at FROM " + q.outbox +
+		" AS b WHERE b.lane = @lane AND b.status = 'pending'" + held("b") + " ORDER BY b.id) AS h" +
+		" WHERE h.deliver_at > @now OR h.claim_expires_at > @now)"
+}
+
+// idList returns "CAST(@i1 AS binary(16)), ..." for n ids.
+func idList(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		if i > 1 {
+			b.WriteString(", ")
+		}
+		b.WriteString("CAST(@i")
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(" AS binary(16))")
+	}
+	return b.String()
+}
+
+// renew extends the live claims of @tok (among n ids when n > 0); fenced adds the lane
+// lease. The CASE never shortens; SQL Server counts every matched row as affected, also
+// those whose expiry stays, which is what Renew reports.
+func (q *queries) renew(n int, fenced bool) string {
+	s := "UPDATE " + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
+		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
+	if n > 0 {
+		s += " AND id IN (" + idList(n) + ")"
+	}
+	if fenced {
+		s += " AND lane = @lane AND " + q.liveLease()
+	}
+	return s
+}
+
+// complete deletes the rows among n ids whose live claim is @tok.
+func (q *queries) complete(n int, fenced bool) string {
+	s := "DELETE FROM " + q.outbox + " WHERE id IN (" + idList(n) + ") AND claim_token = " + binParam("tok") +
+		" AND claim_expires_at > @now"
+	if fenced {
+		s += " AND lane = @lane AND " + q.liveLease()
+	}
+	return s
+}
+
+func (q *queries) requeueIDs(n int) string {
+	return "UPDATE " + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+		"WHERE status = 'parked' AND id IN (" + idList(n) + ")"
+}
+
+func (q *queries) purgeIDs(n int) string {
+	return "DELETE FROM " + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")"
+}
+
+// insert returns a multi-row INSERT of rows rows with positional parameters @p1...
+func (q *queries) insert(rows int) string {
+	var b strings.Builder
+	b.Grow(64 + rows*len(insertCols)*7)
+	b.WriteString("INSERT INTO ")
+	b.WriteString(q.outbox)
+	b.WriteString(" (")
+	b.WriteString(strings.Join(insertCols, ", "))
+	b.WriteString(") VALUES ")
+	p := 1
+	for r := 0; r < rows; r++ {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for c := range insertCols {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("@p")
+			b.WriteString(strconv.Itoa(p))
+			p++
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
+}

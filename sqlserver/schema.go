@@ -1,0 +1,108 @@
+package sqlserver
+
+import "strings"
+
+// CreateScript returns idempotent T-SQL that creates the outbox's tables and indexes
+// (and its schema when opts.CreateSchema is set): existing objects are left as they
+// are, never validated or altered. The text is one valid batch (no GO separators), so
+// it can go to a migration tool or to sql.DB.Exec as is.
+func CreateScript(opts Options) (string, error) {
+	opts, err := opts.validate()
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(createStatements(opts), "\n\n") + "\n", nil
+}
+
+// zeroBinary16 is the all-zero id or token, which the CHECK constraints reject.
+const zeroBinary16 = "0x00000000000000000000000000000000"
+
+// createStatements returns the script as separate statements, which CreateSchema runs
+// one by one (on one connection, so the SET applies to the rest).
+func createStatements(opts Options) []string {
+	n := newNames(opts.Options)
+	q := quoteIdent
+	schema := q(n.schema)
+	outbox := schema + "." + q(n.outbox)
+	lanes := schema + "." + q(n.lanes)
+	nodes := schema + "." + q(n.nodes)
+
+	// varbinary columns keep trailing zero bytes only when created with ANSI_PADDING ON
+	// (the default of every current client; an old tool may still turn it off).
+	stmts := []string{"SET ANSI_PADDING ON;"}
+	if opts.CreateSchema && opts.Schema != "" {
+		stmts = append(stmts, "IF SCHEMA_ID("+quoteString(n.schema)+") IS NULL\n"+
+			"    EXEC("+quoteString("CREATE SCHEMA "+schema)+");")
+	}
+
+	stmts = append(stmts, "IF OBJECT_ID("+quoteString(outbox)+", N'U') IS NULL\nBEGIN\n"+
+		"    CREATE TABLE "+outbox+" (\n"+
+		"        id binary(16) NOT NULL,\n"+
+		"        message_uuid nvarchar(max) NOT NULL CONSTRAINT "+q(n.dfMessageUUID)+" DEFAULT N'',\n"+
+		"        lane int NULL,\n"+
+		"        ordering_key nvarchar(max) NULL,\n"+
+		"        transport nvarchar(max) NOT NULL CONSTRAINT "+q(n.dfTransport)+" DEFAULT N'',\n"+
+		"        destination nvarchar(max) NOT NULL,\n"+
+		"        message_type nvarchar(max) NULL,\n"+
+		"        headers varbinary(max) NOT NULL,\n"+
+		"        body varbinary(max) NOT NULL,\n"+
+		"        tenant_id nvarchar(max) NULL,\n"+
+		"        created_at datetimeoffset(7) NOT NULL,\n"+
+		"        deliver_at datetimeoffset(7) NOT NULL,\n"+
+		"        attempts int NOT NULL CONSTRAINT "+q(n.dfAttempts)+" DEFAULT 0,\n"+
+		"        last_error nvarchar(max) NULL,\n"+
+		"        status varchar(16) NOT NULL CONSTRAINT "+q(n.dfStatus)+" DEFAULT 'pending',\n"+
+		"        claim_token binary(16) NULL,\n"+
+		"        claim_expires_at datetimeoffset(7) NULL,\n"+
+		"        CONSTRAINT "+q(n.outboxPK)+" PRIMARY KEY CLUSTERED (id),\n"+
+		"        CONSTRAINT "+q(n.ckID)+" CHECK (id <> "+zeroBinary16+"),\n"+
+		"        CONSTRAINT "+q(n.ckLane)+" CHECK (lane >= 0),\n"+
+		"        CONSTRAINT "+q(n.ckHeaders)+" CHECK (DATALENGTH(headers) >= 8),\n"+
+		"        CONSTRAINT "+q(n.ckAttempts)+" CHECK (attempts >= 0),\n"+
+		"        CONSTRAINT "+q(n.ckStatus)+" CHECK (status IN ('pending', 'parked')),\n"+
+		"        CONSTRAINT "+q(n.ckClaim)+" CHECK ((claim_token IS NULL AND claim_expires_at IS NULL)\n"+
+		"            OR (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL AND claim_token <> "+zeroBinary16+"))\n"+
+		"    );\n"+
+		// A writer's large commit would otherwise escalate to a table lock and stall
+		// every claimer (READPAST skips row locks only) until it commits.
+		"    ALTER TABLE "+outbox+" SET (LOCK_ESCALATION = DISABLE);\n"+
+		"END;")
+
+	index := func(name, def string) string {
+		return "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = " + quoteString(name) +
+			" AND object_id = OBJECT_ID(" + quoteString(outbox) + "))\n" +
+			"    CREATE INDEX " + q(name) + " ON " + outbox + " " + def + ";"
+	}
+	stmts = append(stmts,
+		// Both hot reads: the head of one lane and the due unordered rows (lane IS NULL),
+		// in id order; eligibility is checked from the included columns.
+		index(n.ixPending, "(lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending'"),
+		// Parked rows are few: listing them, and "park the key" claims looking for an
+		// earlier parked row of the same key in a lane.
+		index(n.ixParked, "(lane, id) INCLUDE (ordering_key) WHERE status = 'parked'"),
+		// Renew, complete and fail find a token's rows without touching (or waiting for)
+		// any other row.
+		index(n.ixClaims, "(claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL"),
+	)
+
+	stmts = append(stmts, "IF OBJECT_ID("+quoteString(lanes)+", N'U') IS NULL\n"+
+		"    CREATE TABLE "+lanes+" (\n"+
+		"        lane int NOT NULL,\n"+
+		"        owner nvarchar(400) NOT NULL,\n"+
+		"        token binary(16) NOT NULL,\n"+
+		"        expires_at datetimeoffset(7) NOT NULL,\n"+
+		"        CONSTRAINT "+q(n.lanesPK)+" PRIMARY KEY CLUSTERED (lane),\n"+
+		"        CONSTRAINT "+q(n.ckLanesLane)+" CHECK (lane >= 0),\n"+
+		"        CONSTRAINT "+q(n.ckLanesToken)+" CHECK (token <> "+zeroBinary16+")\n"+
+		"    );")
+
+	// A binary collation makes owners that differ only in case or accents distinct
+	// members, as they are in Go.
+	stmts = append(stmts, "IF OBJECT_ID("+quoteString(nodes)+", N'U') IS NULL\n"+
+		"    CREATE TABLE "+nodes+" (\n"+
+		"        owner nvarchar(400) COLLATE Latin1_General_100_BIN2 NOT NULL,\n"+
+		"        expires_at datetimeoffset(7) NOT NULL,\n"+
+		"        CONSTRAINT "+q(n.nodesPK)+" PRIMARY KEY CLUSTERED (owner)\n"+
+		"    );")
+	return stmts
+}

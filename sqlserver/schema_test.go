@@ -1,0 +1,123 @@
+package sqlserver
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the output (run go test -run %s -update and review the diff):\n%s", path, t.Name(), got)
+	}
+}
+
+// allQueries lists every DML statement of q, dynamic ones at sample sizes.
+func allQueries(q *queries) []string {
+	return []string{
+		q.readUnordered, q.readLane, q.claimUnordered, q.claimLane, q.claimLaneHold,
+		q.renew(0, false), q.renew(0, true), q.renew(3, false), q.renew(3, true),
+		q.complete(2, false), q.complete(2, true), q.fail, q.failFenced, q.park,
+		q.count, q.stats, q.maxLane, q.parkedAny, q.parkedKey, q.parkedNullKey,
+		q.requeueAll, q.requeueKey, q.requeueNullKey, q.requeueIDs(2),
+		q.purgeAll, q.purgeKey, q.purgeNullKey, q.purgeIDs(2),
+		q.acquireLease, q.renewLease, q.releaseLease, q.leases,
+		q.heartbeat, q.members, q.leave, q.insert(2),
+	}
+}
+
+func TestCreateScriptGolden(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		opts Options
+	}{
+		{"create_default.sql", Options{}},
+		{"create_custom.sql", Options{Options: outbox.Options{Schema: "messaging", TablePrefix: "orders_"}, CreateSchema: true}},
+		// CreateSchema with the default schema creates nothing: dbo always exists.
+		{"create_quoted.sql", Options{Options: outbox.Options{Schema: "sch]ema'", TablePrefix: "o]'[_"}, CreateSchema: true}},
+		{"create_custom_no_schema.sql", Options{Options: outbox.Options{Schema: "messaging", TablePrefix: "orders_"}}},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			script, err := CreateScript(c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lex(script); err != nil {
+				t.Fatalf("script does not lex: %v", err)
+			}
+			golden(t, c.file, script)
+		})
+	}
+}
+
+// The store's statements are reviewed as text like the DDL.
+func TestQueriesGolden(t *testing.T) {
+	qs := allQueries(newQueries(newNames(outbox.Options{})))
+	for _, q := range qs {
+		if _, err := lex(q); err != nil {
+			t.Fatalf("%v in %s", err, q)
+		}
+	}
+	golden(t, "queries_default.sql", strings.Join(qs, "\n\n")+"\n")
+}
+
+func TestCreateScriptSchemaOnlyWhenAsked(t *testing.T) {
+	with, _ := CreateScript(Options{Options: outbox.Options{Schema: "m"}, CreateSchema: true})
+	without, _ := CreateScript(Options{Options: outbox.Options{Schema: "m"}})
+	dbo, _ := CreateScript(Options{CreateSchema: true})
+	if !strings.Contains(with, "CREATE SCHEMA [m]") || strings.Contains(without, "CREATE SCHEMA") || strings.Contains(dbo, "CREATE SCHEMA") {
+		t.Fatalf("CREATE SCHEMA must appear exactly when CreateSchema is set for a named schema")
+	}
+}
+
+// Every CREATE is guarded, so the script runs twice; the store runs the same
+// statements as the script.
+func TestCreateScriptIdempotentGuards(t *testing.T) {
+	opts := Options{Options: outbox.Options{Schema: "m", TablePrefix: "p_"}, CreateSchema: true}
+	stmts := createStatements(opts.WithDefaults())
+	for _, s := range stmts {
+		if strings.Contains(s, "CREATE ") && !strings.HasPrefix(s, "IF ") {
+			t.Errorf("unguarded statement:\n%s", s)
+		}
+	}
+	script, err := CreateScript(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if script != strings.Join(stmts, "\n\n")+"\n" {
+		t.Fatal("CreateScript and the store's statements differ")
+	}
+	st, err := New(openUnreachable(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(st.script, "\n\n")+"\n" != script {
+		t.Fatal("Store.CreateSchema would run other statements than CreateScript returns")
+	}
+}
+
+func TestCreateScriptInvalidOptions(t *testing.T) {
+	_, err := CreateScript(Options{Options: outbox.Options{TablePrefix: strings.Repeat("p", 200)}})
+	if err == nil || !strings.Contains(err.Error(), "TablePrefix") {
+		t.Fatalf("CreateScript with a 200-character prefix: %v", err)
+	}
+}

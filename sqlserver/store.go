@@ -1,0 +1,650 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+)
+
+// maxOwnerUnits is the size of the owner columns (nvarchar(400): the nodes table's key
+// must stay within SQL Server's 900-byte clustered key limit).
+const maxOwnerUnits = 400
+
+// maxIDsPerStatement bounds the ids one statement lists, keeping it under SQL Server's
+// 2,100 parameters with room for the other parameters.
+const maxIDsPerStatement = 2000
+
+// Store is the SQL Server outbox.Store.
+type Store struct {
+	db       *sql.DB
+	opts     Options
+	q        *queries
+	script   []string
+	scanners sync.Pool
+}
+
+var _ outbox.Store = (*Store)(nil)
+
+// New returns a store over db (opened with the "sqlserver" driver of go-mssqldb) for the
+// tables opts names. It validates opts (errors wrap outbox.ErrInvalidOptions and name
+// the field) and does not touch the database.
+func New(db *sql.DB, opts Options) (*Store, error) {
+	opts, err := opts.validate()
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New("sqlserver: New: nil *sql.DB")
+	}
+	return &Store{db: db, opts: opts, q: newQueries(newNames(opts.Options)), script: createStatements(opts)}, nil
+}
+
+// Options returns the validated options with defaults.
+func (s *Store) Options() outbox.Options { return s.opts.Options }
+
+// CreateSchema runs CreateScript's statements in order on one connection.
+func (s *Store) CreateSchema(ctx context.Context) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return wrap("create schema", err)
+	}
+	defer conn.Close()
+	for _, stmt := range s.script {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return wrap("create schema", err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) checkLane(op string, lane int) error {
+	if lane < outbox.Unordered || lane >= s.opts.Lanes {
+		return invalid(op, "lane %d out of range [%d, %d)", lane, outbox.Unordered, s.opts.Lanes)
+	}
+	return nil
+}
+
+// checkFence validates the lane/lease pair of an ordered operation.
+func (s *Store) checkFence(op string, lane int, lease outbox.Token) error {
+	if err := s.checkLane(op, lane); err != nil {
+		return err
+	}
+	if lane != outbox.Unordered && lease.IsZero() {
+		return invalid(op, "lane %d requires a lease token", lane)
+	}
+	return nil
+}
+
+func named(name string, v any) sql.NamedArg { return sql.Named(name, v) }
+
+// fenceArgs appends @lane and @lease for an ordered operation.
+func fenceArgs(args []any, lane int, lease outbox.Token) []any {
+	if lane == outbox.Unordered {
+		return args
+	}
+	return append(args, named("lane", int32(lane)), named("lease", lease[:]))
+}
+
+// query runs a row-returning statement, again when chosen as a deadlock victim.
+func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	var rows *sql.Rows
+	err := retry(ctx, func() error {
+		var err error
+		rows, err = s.db.QueryContext(ctx, query, args...)
+		return err
+	})
+	return rows, err
+}
+
+// exec runs one statement and returns the rows it affected (SQL Server counts the rows
+// an UPDATE matched, also those it left unchanged).
+func (s *Store) exec(ctx context.Context, query string, args ...any) (int, error) {
+	var n int64
+	err := retry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// closeRows closes rows and returns the iteration error, if any.
+func closeRows(rows *sql.Rows) error {
+	err := rows.Err()
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
+func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Record) ([]outbox.Record, error) {
+	if err := s.checkLane("read", q.Lane); err != nil {
+		return dst[:0], err
+	}
+	if len(dst) == 0 {
+		return dst, ctx.Err()
+	}
+	args := []any{named("n", int64(len(dst))), named("after", q.After[:]), named("now", q.Now.UTC())}
+	query := s.q.readUnordered
+	if q.Lane != outbox.Unordered {
+		query = s.q.readLane
+		args = append(args, named("lane", int32(q.Lane)))
+	}
+	rows, err := s.query(ctx, query, args...)
+	if err != nil {
+		return dst[:0], wrap("read", err)
+	}
+	sc := s.scanner()
+	defer s.scanners.Put(sc)
+	n := 0
+	for n < len(dst) && rows.Next() {
+		if err := sc.scan(rows, &dst[n]); err != nil {
+			rows.Close()
+			return dst[:0], wrap("read", err)
+		}
+		n++
+	}
+	if err := closeRows(rows); err != nil {
+		return dst[:0], wrap("read", err)
+	}
+	return dst[:n], nil
+}
+
+// Claim takes up to c.Limit eligible rows for c.Token in one UPDATE.
+func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
+	dst = dst[:0]
+	if err := s.checkFence("claim", c.Lane, c.Lease); err != nil {
+		return dst, err
+	}
+	switch {
+	case c.Limit < 1:
+		return dst, invalid("claim", "limit must be at least 1, got %d", c.Limit)
+	case c.Token.IsZero():
+		return dst, invalid("claim", "zero claim token")
+	case !c.Until.After(c.Now):
+		return dst, invalid("claim", "until %s is not after now %s", c.Until, c.Now)
+	}
+	args := []any{named("n", int64(c.Limit)), named("now", c.Now.UTC()), named("until", c.Until.UTC()), named("tok", c.Token[:])}
+	query := s.q.claimUnordered
+	if c.Lane != outbox.Unordered {
+		query = s.q.claimLane
+		if c.HoldParkedKeys {
+			query = s.q.claimLaneHold
+		}
+		args = fenceArgs(args, c.Lane, c.Lease)
+	}
+	rows, err := s.query(ctx, query, args...)
+	if err != nil {
+		return dst, wrap("claim", err)
+	}
+	sc := s.scanner()
+	defer s.scanners.Put(sc)
+	for rows.Next() {
+		dst = grow(dst)
+		if err := sc.scan(rows, &dst[len(dst)-1]); err != nil {
+			rows.Close()
+			// The claim has committed; its rows come back when it expires.
+			return dst[:0], wrap("claim", err)
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return dst[:0], wrap("claim", err)
+	}
+	return dst, nil
+}
+
+// grow extends dst by one record, reusing the storage (and buffers) of an element past
+// len when there is one.
+func grow(dst []outbox.Record) []outbox.Record {
+	if len(dst) < cap(dst) {
+		return dst[:len(dst)+1]
+	}
+	return append(dst, outbox.Record{})
+}
+
+// idArgs appends @i1... for ids.
+func idArgs(args []any, ids []outbox.ID) []any {
+	for i := range ids {
+		args = append(args, named(fmt.Sprintf("i%d", i+1), ids[i][:]))
+	}
+	return args
+}
+
+// chunkIDs calls fn for consecutive pieces of ids of at most maxIDsPerStatement and
+// sums what it returns.
+func chunkIDs(ids []outbox.ID, fn func(part []outbox.ID) (int, error)) (int, error) {
+	total := 0
+	for len(ids) > 0 {
+		k := min(len(ids), maxIDsPerStatement)
+		n, err := fn(ids[:k])
+		total += n
+		if err != nil {
+			return total, err
+		}
+		ids = ids[k:]
+	}
+	return total, nil
+}
+
+// Renew extends the live claims of r.Token; it never shortens an expiry.
+func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
+	if err := s.checkFence("renew", r.Lane, r.Lease); err != nil {
+		return 0, err
+	}
+	if r.Token.IsZero() || (r.IDs != nil && len(r.IDs) == 0) {
+		return 0, nil
+	}
+	fenced := r.Lane != outbox.Unordered
+	base := fenceArgs([]any{named("tok", r.Token[:]), named("now", r.Now.UTC()), named("until", r.Until.UTC())}, r.Lane, r.Lease)
+	if len(r.IDs) == 0 {
+		n, err := s.exec(ctx, s.q.renew(0, fenced), base...)
+		return n, wrap("renew", err)
+	}
+	n, err := chunkIDs(r.IDs, func(part []outbox.ID) (int, error) {
+		return s.exec(ctx, s.q.renew(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
+	})
+	return n, wrap("renew", err)
+}
+
+// Complete deletes the rows among c.IDs whose live claim is c.Token.
+func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
+	if err := s.checkFence("complete", c.Lane, c.Lease); err != nil {
+		return 0, err
+	}
+	if len(c.IDs) == 0 || c.Token.IsZero() {
+		return 0, nil
+	}
+	fenced := c.Lane != outbox.Unordered
+	base := fenceArgs([]any{named("tok", c.Token[:]), named("now", c.Now.UTC())}, c.Lane, c.Lease)
+	n, err := chunkIDs(c.IDs, func(part []outbox.ID) (int, error) {
+		return s.exec(ctx, s.q.complete(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
+	})
+	return n, wrap("complete", err)
+}
+
+// Fail records a failed attempt of one row held with f.Token, in one statement.
+func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
+	if err := s.checkFence("fail", f.Lane, f.Lease); err != nil {
+		return false, err
+	}
+	if f.Token.IsZero() {
+		return false, nil
+	}
+	// @retry > @now moves deliver_at; passing now itself keeps it.
+	retryAt := f.Now
+	if f.RetryAt.After(f.Now) {
+		retryAt = f.RetryAt
+	}
+	args := []any{named("id", f.ID[:]), named("tok", f.Token[:]), named("now", f.Now.UTC()),
+		named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park)}
+	query := s.q.fail
+	if f.Lane != outbox.Unordered {
+		query = s.q.failFenced
+		args = fenceArgs(args, f.Lane, f.Lease)
+	}
+	n, err := s.exec(ctx, query, args...)
+	return n > 0, wrap("fail", err)
+}
+
+// Park moves one pending row without a live claim to parked, storing reason.
+func (s *Store) Park(ctx context.Context, id outbox.ID, reason string, now time.Time) (bool, error) {
+	n, err := s.exec(ctx, s.q.park, named("id", id[:]), named("reason", reason), named("now", now.UTC()))
+	return n > 0, wrap("park", err)
+}
+
+// Count returns the number of eligible rows across all lanes.
+func (s *Store) Count(ctx context.Context, now time.Time) (int64, error) {
+	var n int64
+	err := retry(ctx, func() error {
+		return s.db.QueryRowContext(ctx, s.q.count, named("now", now.UTC())).Scan(&n)
+	})
+	if err != nil {
+		return 0, wrap("count", err)
+	}
+	return n, nil
+}
+
+// Stats returns the eligible backlog per lane and the parked count, from one statement.
+func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) {
+	rows, err := s.query(ctx, s.q.stats, named("now", now.UTC()))
+	if err != nil {
+		return outbox.Stats{}, wrap("stats", err)
+	}
+	var st outbox.Stats
+	for rows.Next() {
+		var (
+			parked int64
+			lane   sql.NullInt64
+			count  int64
+			oldest sql.NullTime
+		)
+		if err := rows.Scan(&parked, &lane, &count, &oldest); err != nil {
+			rows.Close()
+			return outbox.Stats{}, wrap("stats", err)
+		}
+		if parked == 1 {
+			st.Parked = count
+			continue
+		}
+		ls := outbox.LaneStats{Lane: outbox.Unordered, Eligible: count}
+		if lane.Valid {
+			ls.Lane = int(lane.Int64)
+		}
+		if oldest.Valid {
+			ls.OldestEligible = oldest.Time.UTC()
+		}
+		st.Lanes = append(st.Lanes, ls)
+	}
+	if err := closeRows(rows); err != nil {
+		return outbox.Stats{}, wrap("stats", err)
+	}
+	sort.Slice(st.Lanes, func(i, j int) bool { return st.Lanes[i].Lane < st.Lanes[j].Lane })
+	return st, nil
+}
+
+// MaxLane returns the greatest lane in the table, or outbox.Unordered.
+func (s *Store) MaxLane(ctx context.Context) (int, error) {
+	var lane sql.NullInt64
+	err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&lane) })
+	if err != nil {
+		return 0, wrap("max lane", err)
+	}
+	if !lane.Valid {
+		return outbox.Unordered, nil
+	}
+	return int(lane.Int64), nil
+}
+
+// ListParked returns up to q.Limit parked rows after q.After in id order.
+func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
+	if q.Limit < 1 {
+		return nil, invalid("list parked", "limit must be at least 1, got %d", q.Limit)
+	}
+	args := []any{named("n", int64(q.Limit)), named("after", q.After[:])}
+	query := s.q.parkedAny
+	switch {
+	case q.OrderingKey == nil:
+	case *q.OrderingKey == "":
+		query = s.q.parkedNullKey
+	default:
+		query = s.q.parkedKey
+		args = append(args, named("key", *q.OrderingKey))
+	}
+	rows, err := s.query(ctx, query, args...)
+	if err != nil {
+		return nil, wrap("list parked", err)
+	}
+	sc := s.scanner()
+	defer s.scanners.Put(sc)
+	var out []outbox.Record
+	for rows.Next() {
+		out = append(out, outbox.Record{})
+		if err := sc.scan(rows, &out[len(out)-1]); err != nil {
+			rows.Close()
+			return nil, wrap("list parked", err)
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, wrap("list parked", err)
+	}
+	return out, nil
+}
+
+// checkFilter enforces "exactly one selector" of a parked-row filter.
+func checkFilter(op string, f outbox.ParkedFilter) error {
+	set := 0
+	if f.IDs != nil {
+		set++
+	}
+	if f.OrderingKey != nil {
+		set++
+	}
+	if f.All {
+		set++
+	}
+	if set != 1 {
+		return invalid(op, "parked filter must set exactly one of IDs, OrderingKey and All (%d set)", set)
+	}
+	return nil
+}
+
+// Requeue moves the selected parked rows back to pending, due at now, attempts reset.
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
+	if err := checkFilter("requeue", f); err != nil {
+		return 0, err
+	}
+	nowArg := named("now", now.UTC())
+	var n int
+	var err error
+	switch {
+	case f.All:
+		n, err = s.exec(ctx, s.q.requeueAll, nowArg)
+	case f.OrderingKey != nil && *f.OrderingKey == "":
+		n, err = s.exec(ctx, s.q.requeueNullKey, nowArg)
+	case f.OrderingKey != nil:
+		n, err = s.exec(ctx, s.q.requeueKey, nowArg, named("key", *f.OrderingKey))
+	default:
+		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
+			return s.exec(ctx, s.q.requeueIDs(len(part)), idArgs([]any{nowArg}, part)...)
+		})
+	}
+	return n, wrap("requeue", err)
+}
+
+// Purge deletes the selected parked rows.
+func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
+	if err := checkFilter("purge", f); err != nil {
+		return 0, err
+	}
+	var n int
+	var err error
+	switch {
+	case f.All:
+		n, err = s.exec(ctx, s.q.purgeAll)
+	case f.OrderingKey != nil && *f.OrderingKey == "":
+		n, err = s.exec(ctx, s.q.purgeNullKey)
+	case f.OrderingKey != nil:
+		n, err = s.exec(ctx, s.q.purgeKey, named("key", *f.OrderingKey))
+	default:
+		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
+			return s.exec(ctx, s.q.purgeIDs(len(part)), idArgs(nil, part)...)
+		})
+	}
+	return n, wrap("purge", err)
+}
+
+func checkOwner(op, owner string) error {
+	if !utf8.ValidString(owner) {
+		return invalid(op, "owner is not valid UTF-8")
+	}
+	if n := utf16Len(owner); n > maxOwnerUnits {
+		return invalid(op, "owner is %d UTF-16 code units long; at most %d fit", n, maxOwnerUnits)
+	}
+	return nil
+}
+
+func (s *Store) checkLease(op string, l outbox.LeaseParams) error {
+	switch {
+	case l.Lane < 0 || l.Lane >= s.opts.Lanes:
+		return invalid(op, "lane %d out of range [0, %d)", l.Lane, s.opts.Lanes)
+	case l.Token.IsZero():
+		return invalid(op, "zero lease token")
+	case !l.Until.After(l.Now):
+		return invalid(op, "until %s is not after now %s", l.Until, l.Now)
+	}
+	return checkOwner(op, l.Owner)
+}
+
+// AcquireLease takes lane for the caller when it is free, expired, or already the
+// caller's (then it is extended, never shortened).
+func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
+	if err := s.checkLease("acquire lease", l); err != nil {
+		return false, err
+	}
+	n, err := s.exec(ctx, s.q.acquireLease, named("lane", int32(l.Lane)), named("owner", l.Owner),
+		named("tok", l.Token[:]), named("now", l.Now.UTC()), named("until", l.Until.UTC()))
+	return n > 0, wrap("acquire lease", err)
+}
+
+// RenewLease extends a live lease held with l.Token; it never shortens it.
+func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
+	if err := s.checkLease("renew lease", l); err != nil {
+		return false, err
+	}
+	n, err := s.exec(ctx, s.q.renewLease, named("lane", int32(l.Lane)), named("tok", l.Token[:]),
+		named("now", l.Now.UTC()), named("until", l.Until.UTC()))
+	return n > 0, wrap("renew lease", err)
+}
+
+// ReleaseLease deletes lane's lease when token holds it (live or not).
+func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) (bool, error) {
+	if lane < 0 || lane >= s.opts.Lanes {
+		return false, invalid("release lease", "lane %d out of range [0, %d)", lane, s.opts.Lanes)
+	}
+	if token.IsZero() {
+		return false, nil
+	}
+	n, err := s.exec(ctx, s.q.releaseLease, named("lane", int32(lane)), named("tok", token[:]))
+	return n > 0, wrap("release lease", err)
+}
+
+// Leases lists every lease row, ordered by lane.
+func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
+	rows, err := s.query(ctx, s.q.leases)
+	if err != nil {
+		return nil, wrap("leases", err)
+	}
+	var out []outbox.Lease
+	for rows.Next() {
+		var (
+			l   outbox.Lease
+			tok sql.RawBytes
+		)
+		if err := rows.Scan(&l.Lane, &l.Owner, &tok, &l.ExpiresAt); err != nil {
+			rows.Close()
+			return nil, wrap("leases", err)
+		}
+		copy(l.Token[:], tok)
+		l.ExpiresAt = l.ExpiresAt.UTC()
+		out = append(out, l)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, wrap("leases", err)
+	}
+	return out, nil
+}
+
+// Heartbeat records that owner is alive until until.
+func (s *Store) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+	if err := checkOwner("heartbeat", owner); err != nil {
+		return err
+	}
+	_, err := s.exec(ctx, s.q.heartbeat, named("owner", owner), named("until", until.UTC()))
+	return wrap("heartbeat", err)
+}
+
+// Members lists the owners whose heartbeat is live at now, sorted bytewise (as Go sorts
+// strings, whatever the server's collation).
+func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
+	rows, err := s.query(ctx, s.q.members, named("now", now.UTC()))
+	if err != nil {
+		return nil, wrap("members", err)
+	}
+	var out []string
+	for rows.Next() {
+		var owner string
+		if err := rows.Scan(&owner); err != nil {
+			rows.Close()
+			return nil, wrap("members", err)
+		}
+		out = append(out, owner)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, wrap("members", err)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Leave removes owner's heartbeat.
+func (s *Store) Leave(ctx context.Context, owner string) error {
+	if err := checkOwner("leave", owner); err != nil {
+		return err
+	}
+	_, err := s.exec(ctx, s.q.leave, named("owner", owner))
+	return wrap("leave", err)
+}
+
+// rowScanner holds the scan destinations of selectCols, reused across rows and calls.
+type rowScanner struct {
+	id, headers, body, token      sql.RawBytes
+	uuid, transport, dest, status string
+	key, typ, tenant, lastErr     sql.NullString
+	lane                          sql.NullInt64
+	created, deliver              time.Time
+	expires                       sql.NullTime
+	attempts                      int64
+	dst                           []any
+}
+
+func (s *Store) scanner() *rowScanner {
+	if sc, ok := s.scanners.Get().(*rowScanner); ok {
+		return sc
+	}
+	sc := &rowScanner{}
+	sc.dst = []any{&sc.id, &sc.uuid, &sc.lane, &sc.key, &sc.transport, &sc.dest, &sc.typ, &sc.headers, &sc.body,
+		&sc.tenant, &sc.created, &sc.deliver, &sc.attempts, &sc.lastErr, &sc.status, &sc.token, &sc.expires}
+	return sc
+}
+
+// scan reads one row of selectCols into r, reusing r's Headers and Body storage. A row
+// whose stored bytes cannot be decoded gets r.Corrupt; only driver errors fail.
+func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
+	if err := rows.Scan(sc.dst...); err != nil {
+		return err
+	}
+	headers, body := r.Headers[:0], r.Body[:0]
+	*r = outbox.Record{
+		MessageUUID: sc.uuid,
+		Lane:        outbox.Unordered,
+		OrderingKey: sc.key.String,
+		Transport:   sc.transport,
+		Destination: sc.dest,
+		MessageType: sc.typ.String,
+		Headers:     append(headers, sc.headers...),
+		Body:        append(body, sc.body...),
+		TenantID:    sc.tenant.String,
+		CreatedAt:   sc.created.UTC(),
+		DeliverAt:   sc.deliver.UTC(),
+		Attempts:    int(sc.attempts),
+		LastError:   sc.lastErr.String,
+		Status:      outbox.Status(sc.status),
+	}
+	copy(r.ID[:], sc.id)
+	if sc.lane.Valid {
+		r.Lane = int(sc.lane.Int64)
+	}
+	if r.Body == nil {
+		r.Body = []byte{}
+	}
+	if len(sc.token) == len(r.ClaimToken) && sc.expires.Valid {
+		copy(r.ClaimToken[:], sc.token)
+		r.ClaimExpiresAt = sc.expires.Time.UTC()
+	}
+	if err := headercodec.Validate(r.Headers); err != nil {
+		r.Corrupt = &outbox.CorruptRowError{ID: r.ID, Column: "headers", Err: err}
+	}
+	return nil
+}

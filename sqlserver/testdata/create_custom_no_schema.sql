@@ -1,0 +1,60 @@
+SET ANSI_PADDING ON;
+
+IF OBJECT_ID(N'[messaging].[orders_outbox]', N'U') IS NULL
+BEGIN
+    CREATE TABLE [messaging].[orders_outbox] (
+        id binary(16) NOT NULL,
+        message_uuid nvarchar(max) NOT NULL CONSTRAINT [orders_outbox_df_message_uuid] DEFAULT N'',
+        lane int NULL,
+        ordering_key nvarchar(max) NULL,
+        transport nvarchar(max) NOT NULL CONSTRAINT [orders_outbox_df_transport] DEFAULT N'',
+        destination nvarchar(max) NOT NULL,
+        message_type nvarchar(max) NULL,
+        headers varbinary(max) NOT NULL,
+        body varbinary(max) NOT NULL,
+        tenant_id nvarchar(max) NULL,
+        created_at datetimeoffset(7) NOT NULL,
+        deliver_at datetimeoffset(7) NOT NULL,
+        attempts int NOT NULL CONSTRAINT [orders_outbox_df_attempts] DEFAULT 0,
+        last_error nvarchar(max) NULL,
+        status varchar(16) NOT NULL CONSTRAINT [orders_outbox_df_status] DEFAULT 'pending',
+        claim_token binary(16) NULL,
+        claim_expires_at datetimeoffset(7) NULL,
+        CONSTRAINT [orders_outbox_pk] PRIMARY KEY CLUSTERED (id),
+        CONSTRAINT [orders_outbox_ck_id] CHECK (id <> 0x00000000000000000000000000000000),
+        CONSTRAINT [orders_outbox_ck_lane] CHECK (lane >= 0),
+        CONSTRAINT [orders_outbox_ck_headers] CHECK (DATALENGTH(headers) >= 8),
+        CONSTRAINT [orders_outbox_ck_attempts] CHECK (attempts >= 0),
+        CONSTRAINT [orders_outbox_ck_status] CHECK (status IN ('pending', 'parked')),
+        CONSTRAINT [orders_outbox_ck_claim] CHECK ((claim_token IS NULL AND claim_expires_at IS NULL)
+            OR (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL AND claim_token <> 0x00000000000000000000000000000000))
+    );
+    ALTER TABLE [messaging].[orders_outbox] SET (LOCK_ESCALATION = DISABLE);
+END;
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_pending' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
+    CREATE INDEX [orders_outbox_ix_pending] ON [messaging].[orders_outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending';
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_parked' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
+    CREATE INDEX [orders_outbox_ix_parked] ON [messaging].[orders_outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked';
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_claims' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
+    CREATE INDEX [orders_outbox_ix_claims] ON [messaging].[orders_outbox] (claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL;
+
+IF OBJECT_ID(N'[messaging].[orders_outbox_lanes]', N'U') IS NULL
+    CREATE TABLE [messaging].[orders_outbox_lanes] (
+        lane int NOT NULL,
+        owner nvarchar(400) NOT NULL,
+        token binary(16) NOT NULL,
+        expires_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [orders_outbox_lanes_pk] PRIMARY KEY CLUSTERED (lane),
+        CONSTRAINT [orders_outbox_lanes_ck_lane] CHECK (lane >= 0),
+        CONSTRAINT [orders_outbox_lanes_ck_token] CHECK (token <> 0x00000000000000000000000000000000)
+    );
+
+IF OBJECT_ID(N'[messaging].[orders_outbox_nodes]', N'U') IS NULL
+    CREATE TABLE [messaging].[orders_outbox_nodes] (
+        owner nvarchar(400) COLLATE Latin1_General_100_BIN2 NOT NULL,
+        expires_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [orders_outbox_nodes_pk] PRIMARY KEY CLUSTERED (owner)
+    );

@@ -1,0 +1,63 @@
+SET ANSI_PADDING ON;
+
+IF SCHEMA_ID(N'sch]ema''') IS NULL
+    EXEC(N'CREATE SCHEMA [sch]]ema'']');
+
+IF OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox]', N'U') IS NULL
+BEGIN
+    CREATE TABLE [sch]]ema'].[o]]'[_outbox] (
+        id binary(16) NOT NULL,
+        message_uuid nvarchar(max) NOT NULL CONSTRAINT [o]]'[_outbox_df_message_uuid] DEFAULT N'',
+        lane int NULL,
+        ordering_key nvarchar(max) NULL,
+        transport nvarchar(max) NOT NULL CONSTRAINT [o]]'[_outbox_df_transport] DEFAULT N'',
+        destination nvarchar(max) NOT NULL,
+        message_type nvarchar(max) NULL,
+        headers varbinary(max) NOT NULL,
+        body varbinary(max) NOT NULL,
+        tenant_id nvarchar(max) NULL,
+        created_at datetimeoffset(7) NOT NULL,
+        deliver_at datetimeoffset(7) NOT NULL,
+        attempts int NOT NULL CONSTRAINT [o]]'[_outbox_df_attempts] DEFAULT 0,
+        last_error nvarchar(max) NULL,
+        status varchar(16) NOT NULL CONSTRAINT [o]]'[_outbox_df_status] DEFAULT 'pending',
+        claim_token binary(16) NULL,
+        claim_expires_at datetimeoffset(7) NULL,
+        CONSTRAINT [o]]'[_outbox_pk] PRIMARY KEY CLUSTERED (id),
+        CONSTRAINT [o]]'[_outbox_ck_id] CHECK (id <> 0x00000000000000000000000000000000),
+        CONSTRAINT [o]]'[_outbox_ck_lane] CHECK (lane >= 0),
+        CONSTRAINT [o]]'[_outbox_ck_headers] CHECK (DATALENGTH(headers) >= 8),
+        CONSTRAINT [o]]'[_outbox_ck_attempts] CHECK (attempts >= 0),
+        CONSTRAINT [o]]'[_outbox_ck_status] CHECK (status IN ('pending', 'parked')),
+        CONSTRAINT [o]]'[_outbox_ck_claim] CHECK ((claim_token IS NULL AND claim_expires_at IS NULL)
+            OR (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL AND claim_token <> 0x00000000000000000000000000000000))
+    );
+    ALTER TABLE [sch]]ema'].[o]]'[_outbox] SET (LOCK_ESCALATION = DISABLE);
+END;
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'o]''[_outbox_ix_pending' AND object_id = OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox]'))
+    CREATE INDEX [o]]'[_outbox_ix_pending] ON [sch]]ema'].[o]]'[_outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending';
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'o]''[_outbox_ix_parked' AND object_id = OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox]'))
+    CREATE INDEX [o]]'[_outbox_ix_parked] ON [sch]]ema'].[o]]'[_outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked';
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'o]''[_outbox_ix_claims' AND object_id = OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox]'))
+    CREATE INDEX [o]]'[_outbox_ix_claims] ON [sch]]ema'].[o]]'[_outbox] (claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL;
+
+IF OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox_lanes]', N'U') IS NULL
+    CREATE TABLE [sch]]ema'].[o]]'[_outbox_lanes] (
+        lane int NOT NULL,
+        owner nvarchar(400) NOT NULL,
+        token binary(16) NOT NULL,
+        expires_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [o]]'[_outbox_lanes_pk] PRIMARY KEY CLUSTERED (lane),
+        CONSTRAINT [o]]'[_outbox_lanes_ck_lane] CHECK (lane >= 0),
+        CONSTRAINT [o]]'[_outbox_lanes_ck_token] CHECK (token <> 0x00000000000000000000000000000000)
+    );
+
+IF OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox_nodes]', N'U') IS NULL
+    CREATE TABLE [sch]]ema'].[o]]'[_outbox_nodes] (
+        owner nvarchar(400) COLLATE Latin1_General_100_BIN2 NOT NULL,
+        expires_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [o]]'[_outbox_nodes_pk] PRIMARY KEY CLUSTERED (owner)
+    );
