@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,6 +299,100 @@ func TestNotifyWakesWithoutPolling(t *testing.T) {
 		// batch, never a poll of every lane.
 		if got := polls.claims.Load() - before; got > 12 {
 			t.Fatalf("%d claims for 3 notified commits: polling, not notification", got)
+		}
+	})
+}
+
+// metricsSpy records what the forwarder reports.
+type metricsSpy struct {
+	mu                   sync.Mutex
+	sent, failed, parked map[int]int
+	backlog              []outbox.Stats
+	held                 int
+}
+
+func newSpy() *metricsSpy {
+	return &metricsSpy{sent: map[int]int{}, failed: map[int]int{}, parked: map[int]int{}}
+}
+func (m *metricsSpy) MessageSent(l int)   { m.mu.Lock(); m.sent[l]++; m.mu.Unlock() }
+func (m *metricsSpy) MessageFailed(l int) { m.mu.Lock(); m.failed[l]++; m.mu.Unlock() }
+func (m *metricsSpy) MessageParked(l int) { m.mu.Lock(); m.parked[l]++; m.mu.Unlock() }
+func (m *metricsSpy) InFlight(int, int)   {}
+func (m *metricsSpy) LanesHeld(n int)     { m.mu.Lock(); m.held = n; m.mu.Unlock() }
+func (m *metricsSpy) Backlog(s outbox.Stats, _ time.Time) {
+	m.mu.Lock()
+	m.backlog = append(m.backlog, s)
+	m.mu.Unlock()
+}
+
+// Health fails while an eligible row is older than the threshold and recovers when it
+// is sent; the backlog is sampled into Stats and Metrics.
+func TestHealthStatsMetrics(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		old := tb.row("t", "", "old")
+		old.CreatedAt = time.Now().Add(-time.Minute).UTC()
+		oldKeyed := tb.row("t", "hk", "old-keyed")
+		oldKeyed.CreatedAt = old.CreatedAt
+		tb.insert(t, old, oldKeyed)
+		rec := newRecorder()
+		gate := make(chan struct{})
+		rec.gate = gate
+		spy := newSpy()
+		cfg := fastConfig()
+		cfg.Metrics = spy
+		cfg.StatsInterval = 20 * time.Millisecond
+		f, err := New(tb.store, Targets{"": rec}, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Health(context.Background(), 10*time.Second)
+		if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "unordered rows") || !strings.Contains(err.Error(), fmt.Sprintf("lane %d", oldKeyed.Lane)) {
+			t.Fatalf("health with a minute-old backlog: %v", err)
+		}
+		if err := f.Health(context.Background(), 2*time.Minute); err != nil {
+			t.Fatalf("health under a larger threshold: %v", err)
+		}
+		r, _ := message.NewRouter(message.RouterConfig{}, nil)
+		if _, err := f.AddToRouter(r); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		waitFor(t, 5*time.Second, "both in flight", func() bool {
+			s := f.Stats()
+			var inFlight int64
+			for _, l := range s.Lanes {
+				inFlight += l.InFlight
+			}
+			return s.Unordered.InFlight == 1 && inFlight == 1
+		})
+		rec.mu.Lock()
+		rec.gate = nil
+		rec.mu.Unlock()
+		close(gate)
+		waitFor(t, 5*time.Second, "sent", func() bool { return tb.rows(t) == 0 })
+		waitFor(t, 5*time.Second, "healthy", func() bool { return f.Health(context.Background(), 10*time.Second) == nil })
+		waitFor(t, 5*time.Second, "empty backlog sampled", func() bool {
+			spy.mu.Lock()
+			defer spy.mu.Unlock()
+			return len(spy.backlog) > 0 && len(spy.backlog[len(spy.backlog)-1].Lanes) == 0
+		})
+		s := f.Stats()
+		if s.Unordered.Sent != 1 || len(s.HeldLanes) != tb.opts.Lanes || s.SampledAt.IsZero() {
+			t.Fatalf("stats %+v", s)
+		}
+		spy.mu.Lock()
+		if spy.sent[outbox.Unordered] != 1 || spy.sent[oldKeyed.Lane] != 1 || spy.held != tb.opts.Lanes {
+			t.Fatalf("metrics sent %v held %d", spy.sent, spy.held)
+		}
+		spy.mu.Unlock()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Health(context.Background(), time.Hour); !errors.Is(err, outbox.ErrClosed) {
+			t.Fatalf("health after close: %v", err)
 		}
 	})
 }

@@ -184,11 +184,11 @@ func keyInLane(lane, laneCount, n int) string {
 
 // recorder is a target publisher that records what it is given and can fail on demand.
 type recorder struct {
-	mu    sync.Mutex
-	msgs  []published
-	calls int
-	fail  func(topic string, m *message.Message) error
-	gate  chan struct{} // when set, Publish waits for it (or a token on it)
+	mu     sync.Mutex
+	msgs   []published
+	calls  int
+	fail   func(topic string, m *message.Message) error
+	gate   chan struct{} // when set, Publish waits for it (or a token on it)
 	notify chan struct{}
 }
 
