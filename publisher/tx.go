@@ -37,6 +37,7 @@ type Tx struct {
 	closed  bool // Close was called: Publish refused, the buffer is still written
 	done    bool // Commit or Rollback started, or a write failed
 	records []outbox.Record
+	inline  [1]outbox.Record // first buffer: a one-message transaction allocates no slice
 
 	total int // rows written into the transaction so far
 
@@ -47,7 +48,9 @@ type Tx struct {
 }
 
 func (o *Outbox) newTx(ctx context.Context, tx *sql.Tx, attached bool) *Tx {
-	return &Tx{ob: o, tx: tx, txCtx: ctx, attached: attached}
+	t := &Tx{ob: o, tx: tx, txCtx: ctx, attached: attached}
+	t.records = t.inline[:0]
+	return t
 }
 
 // SQLTx returns the transaction for the application's own statements (database/sql,
