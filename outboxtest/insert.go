@@ -20,6 +20,7 @@ func insertTests() []subtest {
 		{"FailurePartWay", testInsertFailurePartWay},
 		{"InvalidRecord", testInsertInvalid},
 		{"EmptyAndDoneTx", testInsertEmptyAndDone},
+		{"OddStringsRoundTripOrFail", testInsertOddStrings},
 	}
 }
 
@@ -272,4 +273,65 @@ func testInsertEmptyAndDone(t *testing.T, h Harness) {
 	if n := e.rawCount(e.opts.OutboxTable()); n != 0 {
 		t.Fatalf("%d rows written", n)
 	}
+}
+
+// A string the engine cannot hold as given (too long for its column, NUL, invalid
+// UTF-8) either round-trips exactly or fails the insert: never truncated or altered.
+func testInsertOddStrings(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	fields := []struct {
+		name string
+		set  func(*outbox.Record, string)
+		get  func(*outbox.Record) string
+	}{
+		{"MessageUUID", func(r *outbox.Record, v string) { r.MessageUUID = v }, func(r *outbox.Record) string { return r.MessageUUID }},
+		{"OrderingKey", func(r *outbox.Record, v string) { *r = withKey(*r, v) }, func(r *outbox.Record) string { return r.OrderingKey }},
+		{"Transport", func(r *outbox.Record, v string) { r.Transport = v }, func(r *outbox.Record) string { return r.Transport }},
+		{"Destination", func(r *outbox.Record, v string) { r.Destination = v }, func(r *outbox.Record) string { return r.Destination }},
+		{"MessageType", func(r *outbox.Record, v string) { r.MessageType = v }, func(r *outbox.Record) string { return r.MessageType }},
+		{"TenantID", func(r *outbox.Record, v string) { r.TenantID = v }, func(r *outbox.Record) string { return r.TenantID }},
+	}
+	values := []struct{ name, v string }{
+		{"70000 characters", strings.Repeat("x", 70_000) + "é"},
+		{"NUL", "a\x00b"},
+		{"invalid UTF-8", "a\xffb"},
+		{"emoji", "a😀b"},
+		{"trailing spaces", "ab  "},
+	}
+	var report []string
+	for _, f := range fields {
+		for _, v := range values {
+			r := NewRecord(at(0))
+			f.set(&r, v.v)
+			tx, err := h.DB.BeginTx(e.ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.store.Insert(e.ctx, tx, []outbox.Record{NewRecord(at(0)), r}); err != nil {
+				_ = tx.Rollback()
+				report = append(report, f.name+" "+v.name+": rejected")
+				if n := e.rawCount(e.opts.OutboxTable()); n != 0 {
+					t.Fatalf("%s %s: rejected, yet %d rows stayed after rollback", f.name, v.name, n)
+				}
+				continue
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("%s %s: commit: %v", f.name, v.name, err)
+			}
+			found := false
+			for _, g := range e.read(r.Lane, outbox.ID{}, far, 10) {
+				if g.ID == r.ID {
+					found = true
+					if got := f.get(&g); got != v.v {
+						t.Errorf("%s %s: stored as %s, want %s (never truncate or alter)", f.name, v.name, quote(got), quote(v.v))
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s %s: inserted row not read back", f.name, v.name)
+			}
+			e.exec("DELETE FROM " + e.outboxTable())
+		}
+	}
+	t.Logf("%s: %s", h.Name, strings.Join(report, "; "))
 }
