@@ -210,4 +210,3 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	tx.Rollback()
 }
-
