@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -393,6 +394,49 @@ func TestHealthStatsMetrics(t *testing.T) {
 		}
 		if err := f.Health(context.Background(), time.Hour); !errors.Is(err, outbox.ErrClosed) {
 			t.Fatalf("health after close: %v", err)
+		}
+	})
+}
+
+// Router middleware wraps the forwarder's handler: Retry absorbs transient publish
+// errors within one delivery, so the row is never failed in the store.
+func TestRouterMiddlewareApplies(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		var mu sync.Mutex
+		calls := 0
+		rec.setFail(func(string, *message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls <= 2 {
+				return errors.New("transient")
+			}
+			return nil
+		})
+		tb.insert(t, tb.row("t", "", "x"))
+		spy := newSpy()
+		cfg := fastConfig()
+		cfg.Metrics = spy
+		f, err := New(tb.store, Targets{"": rec}, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := message.NewRouter(message.RouterConfig{}, nil)
+		r.AddMiddleware(middleware.Recoverer, middleware.Retry{MaxRetries: 3, InitialInterval: time.Millisecond}.Middleware)
+		if _, err := f.AddToRouter(r); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		waitFor(t, 10*time.Second, "sent and deleted", func() bool { return len(rec.got()) == 1 && tb.rows(t) == 0 })
+		cancel()
+		<-done
+		spy.mu.Lock()
+		defer spy.mu.Unlock()
+		if spy.failed[outbox.Unordered] != 0 || calls != 3 {
+			t.Fatalf("failed %d times in the store, %d publish calls; want 0 and 3", spy.failed[outbox.Unordered], calls)
 		}
 	})
 }
