@@ -13,9 +13,9 @@ import (
 type tokKind int
 
 const (
-	tokOther tokKind = iota // keywords, operators, whitespace, parameters, numbers
-	tokIdent                // [delimited identifier]
-	tokString               // '...' (the N prefix is part of the preceding tokOther)
+	tokOther  tokKind = iota // keywords, operators, whitespace, parameters, numbers
+	tokIdent                 // [delimited identifier]
+	tokString                // '...' (the N prefix is part of the preceding tokOther)
 )
 
 type token struct {

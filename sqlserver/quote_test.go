@@ -15,14 +15,14 @@ var quoteSeeds = []string{
 
 func TestQuoteIdent(t *testing.T) {
 	for in, want := range map[string]string{
-		"outbox":       "[outbox]",
-		"a]b":          "[a]]b]",
-		"]":            "[]]]",
-		"[x]":          "[[x]]]",
-		"x'y":          "[x'y]",
-		"a.b":          "[a.b]",
-		"x]; DROP --":  "[x]]; DROP --]",
-		"":             "[]",
+		"outbox":      "[outbox]",
+		"a]b":         "[a]]b]",
+		"]":           "[]]]",
+		"[x]":         "[[x]]]",
+		"x'y":         "[x'y]",
+		"a.b":         "[a.b]",
+		"x]; DROP --": "[x]]; DROP --]",
+		"":            "[]",
 	} {
 		if got := quoteIdent(in); got != want {
 			t.Errorf("quoteIdent(%q) = %s, want %s", in, got, want)
@@ -80,7 +80,7 @@ func FuzzQuoteString(f *testing.F) {
 	})
 }
 
-// FuzzNames: for any valid schema and prefix, (1) the qualified name inside an N''
+// FuzzNames: for any valid schema and prefix, (1) the qualified name inside an N”
 // literal (as OBJECT_ID gets it) reads back as the two exact parts, (2) go-mssqldb's
 // bulk copy keeps the name CopyIn gets, and (3) the whole create script and every
 // statement of the store have the same token structure as with plain names: names

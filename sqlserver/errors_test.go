@@ -1,0 +1,90 @@
+package sqlserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	mssql "github.com/microsoft/go-mssqldb"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+func TestTranslate(t *testing.T) {
+	deadlock := mssql.Error{Number: 1205, Message: "Transaction (Process ID 52) was deadlocked on lock resources with another process and has been chosen as the deadlock victim. Rerun the transaction."}
+	lockTimeout := mssql.Error{Number: 1222, Message: "Lock request time out period exceeded."}
+	dup := mssql.Error{Number: 2627, Message: "Violation of PRIMARY KEY constraint"}
+	for _, c := range []struct {
+		name      string
+		err       error
+		retryable bool
+	}{
+		{"deadlock", deadlock, true},
+		{"lock timeout", lockTimeout, true},
+		{"wrapped deadlock", fmt.Errorf("exec: %w", deadlock), true},
+		{"pointer", &lockTimeout, true},
+		{"deadlock among several errors", mssql.Error{Number: 3621, All: []mssql.Error{deadlock, {Number: 3621}}}, true},
+		{"duplicate key", dup, false},
+		{"other", errors.New("connection reset"), false},
+		{"cancelled", context.Canceled, false},
+	} {
+		err := wrap("claim", c.err)
+		if outbox.IsRetryable(err) != c.retryable {
+			t.Errorf("%s: IsRetryable(%v) = %v", c.name, err, !c.retryable)
+		}
+		// mssql.Error holds a slice, so errors.Is cannot compare it: check with As.
+		if e, ok := serverError(err); ok {
+			if src, _ := serverError(c.err); e.Number != src.Number {
+				t.Errorf("%s: reached error %d through the wrap, want %d", c.name, e.Number, src.Number)
+			}
+		} else if _, isServer := serverError(c.err); isServer {
+			t.Errorf("%s: the mssql.Error is not reachable through %v", c.name, err)
+		} else if !errors.Is(err, c.err) {
+			t.Errorf("%s: %v does not wrap %v", c.name, err, c.err)
+		}
+	}
+	if wrap("x", nil) != nil {
+		t.Error("wrap(nil) != nil")
+	}
+	if err := wrap("x", context.Canceled); !errors.Is(err, context.Canceled) {
+		t.Error("cancellation must stay recognisable")
+	}
+	// Translating twice does not nest RetryableErrors.
+	once := translate(deadlock)
+	if translate(once) != once {
+		t.Error("translate is not idempotent")
+	}
+}
+
+func TestRetryDeadlockVictims(t *testing.T) {
+	deadlock := mssql.Error{Number: 1205}
+	calls := 0
+	err := retry(context.Background(), func() error {
+		calls++
+		if calls < 3 {
+			return deadlock
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("two deadlocks then success: err %v after %d calls", err, calls)
+	}
+	calls = 0
+	err = retry(context.Background(), func() error { calls++; return deadlock })
+	if !outbox.IsRetryable(wrap("x", err)) || calls != 1+deadlockRetries {
+		t.Fatalf("persistent deadlock: %v after %d calls, want %d", err, calls, 1+deadlockRetries)
+	}
+	calls = 0
+	_ = retry(context.Background(), func() error { calls++; return mssql.Error{Number: 1222} })
+	if calls != 1 {
+		t.Fatalf("lock timeouts are not retried inside the store (%d calls)", calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls = 0
+	_ = retry(ctx, func() error { calls++; return deadlock })
+	if calls != 1 {
+		t.Fatalf("cancelled context: %d calls", calls)
+	}
+}

@@ -1,0 +1,95 @@
+package sqlserver
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// Caller errors are reported before any I/O (the database here is unreachable, so an
+// attempt to use it would fail differently and slowly).
+func TestArgumentChecks(t *testing.T) {
+	s, err := New(openUnreachable(t), Options{Options: outbox.Options{Lanes: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tok := outbox.NewToken()
+	claim := func(c outbox.ClaimParams) error { _, err := s.Claim(ctx, c, nil); return err }
+	checks := []struct {
+		name     string
+		err      error
+		contains string
+	}{
+		{"claim limit", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 0, Now: now, Until: now.Add(time.Second), Token: tok}), "limit"},
+		{"claim token", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 1, Now: now, Until: now.Add(time.Second)}), "zero claim token"},
+		{"claim until", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 1, Now: now, Until: now, Token: tok}), "not after now"},
+		{"claim lane", claim(outbox.ClaimParams{Lane: 4, Limit: 1, Now: now, Until: now.Add(time.Second), Token: tok, Lease: tok}), "lane 4 out of range"},
+		{"claim lease", claim(outbox.ClaimParams{Lane: 1, Limit: 1, Now: now, Until: now.Add(time.Second), Token: tok}), "requires a lease"},
+		{"read lane", func() error { _, err := s.Read(ctx, outbox.ReadQuery{Lane: -2}, make([]outbox.Record, 1)); return err }(), "lane -2"},
+		{"renew lease", func() error { _, err := s.Renew(ctx, outbox.RenewParams{Token: tok, Lane: 2}); return err }(), "requires a lease"},
+		{"complete lane", func() error {
+			_, err := s.Complete(ctx, outbox.CompleteParams{Token: tok, IDs: []outbox.ID{outbox.NewID()}, Lane: 9, Lease: tok})
+			return err
+		}(), "lane 9"},
+		{"fail lease", func() error { _, err := s.Fail(ctx, outbox.FailParams{Token: tok, Lane: 0}); return err }(), "requires a lease"},
+		{"list parked", func() error { _, err := s.ListParked(ctx, outbox.ParkedQuery{}); return err }(), "limit"},
+		{"requeue no selector", func() error { _, err := s.Requeue(ctx, outbox.ParkedFilter{}, now); return err }(), "exactly one"},
+		{"purge two selectors", func() error {
+			k := "k"
+			_, err := s.Purge(ctx, outbox.ParkedFilter{All: true, OrderingKey: &k})
+			return err
+		}(), "exactly one"},
+		{"acquire lane", func() error {
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: -1, Token: tok, Now: now, Until: now.Add(time.Second)})
+			return err
+		}(), "lane -1"},
+		{"acquire token", func() error {
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Now: now, Until: now.Add(time.Second)})
+			return err
+		}(), "zero lease token"},
+		{"renew lease until", func() error {
+			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 0, Token: tok, Now: now, Until: now})
+			return err
+		}(), "not after now"},
+		{"owner length", func() error {
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Owner: strings.Repeat("o", 401), Token: tok, Now: now, Until: now.Add(time.Second)})
+			return err
+		}(), "401 UTF-16 code units"},
+		{"heartbeat owner", s.Heartbeat(ctx, "\xff", now), "UTF-8"},
+		{"release lane", func() error { _, err := s.ReleaseLease(ctx, 4, tok); return err }(), "lane 4"},
+	}
+	for _, c := range checks {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.contains) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, c.err, c.contains)
+		}
+	}
+	// Nothing to do is no error and no I/O.
+	if n, err := s.Complete(ctx, outbox.CompleteParams{Token: tok, Now: now, Lane: outbox.Unordered}); n != 0 || err != nil {
+		t.Errorf("Complete without ids = %d, %v", n, err)
+	}
+	if n, err := s.Renew(ctx, outbox.RenewParams{Token: tok, IDs: []outbox.ID{}, Now: now, Until: now, Lane: outbox.Unordered}); n != 0 || err != nil {
+		t.Errorf("Renew with an empty id list = %d, %v", n, err)
+	}
+	if got, err := s.Read(ctx, outbox.ReadQuery{Lane: outbox.Unordered}, nil); len(got) != 0 || err != nil {
+		t.Errorf("Read into nothing = %v, %v", got, err)
+	}
+}
+
+func TestChunkIDs(t *testing.T) {
+	ids := make([]outbox.ID, 2*maxIDsPerStatement+1)
+	var sizes []int
+	n, err := chunkIDs(ids, func(part []outbox.ID) (int, error) { sizes = append(sizes, len(part)); return len(part), nil })
+	if err != nil || n != len(ids) || len(sizes) != 3 || sizes[0] != maxIDsPerStatement || sizes[2] != 1 {
+		t.Fatalf("chunks %v, total %d, %v", sizes, n, err)
+	}
+	// 2,000 ids plus the other parameters of the widest statement (renew fenced: tok,
+	// now, until, lane, lease) stay under SQL Server's 2,100.
+	if maxIDsPerStatement+5 > 2100 {
+		t.Fatal("id chunks too large")
+	}
+}
