@@ -96,7 +96,7 @@ func (o *Outbox) Attach(tx *sql.Tx) *Tx {
 // PublisherFromContext), so code deeper in the call can publish into the same
 // transaction.
 //
-// The returned error is fn's error (joined with a rollback failure, if any) or the
+// fn must not call Commit or Rollback itself. The returned error is fn's error (joined with a rollback failure, if any) or the
 // Commit error, which may wrap outbox.ErrUnknownOutcome.
 func (o *Outbox) WithTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *Tx) error) (err error) {
 	tx, err := o.Begin(ctx, db)
