@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ func claimTests() []subtest {
 	return []subtest{
 		{"FreshTokenAndExclusive", testClaimExclusive},
 		{"Race", testClaimRace},
+		{"SkipsLockedRows", testClaimSkipsLocked},
 	}
 }
 
@@ -134,4 +136,40 @@ func testClaimRace(t *testing.T, h Harness) {
 		per[c]++
 	}
 	t.Logf("rows per claimer %v, %d retryable errors retried", per, retries)
+}
+
+// lockRow holds a row lock on id in an open transaction (an UPDATE that changes
+// nothing, which locks in every engine) until the returned function is called.
+func (e *env) lockRow(id outbox.ID) func() {
+	e.t.Helper()
+	tx, err := e.h.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(e.ctx, "UPDATE "+e.outboxTable()+" SET attempts = attempts WHERE id = "+e.h.Placeholder(1), id[:]); err != nil {
+		_ = tx.Rollback()
+		e.t.Fatalf("lock row: %v", err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback() }) }
+	e.t.Cleanup(release)
+	return release
+}
+
+// An unordered claim skips a row another transaction has locked instead of waiting.
+func testClaimSkipsLocked(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	r1, r2, r3 := NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0))
+	e.insert(r1, r2, r3)
+	release := e.lockRow(r1.ID)
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	got, err := e.store.Claim(ctx, outbox.ClaimParams{Lane: outbox.Unordered, Limit: 10, Now: at(0), Until: at(time.Minute), Token: outbox.NewToken()}, nil)
+	if err != nil {
+		t.Fatalf("Claim with a locked row: %v (a claim must skip locked rows, not wait for them)", err)
+	}
+	sameIDs(t, "claim around a locked row", ids(got), idsOf(r2, r3))
+	release()
+	_, got2 := e.claimUnordered(10, at(0), at(time.Minute))
+	sameIDs(t, "claim after the lock is released", ids(got2), idsOf(r1))
 }

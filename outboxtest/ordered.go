@@ -1,6 +1,9 @@
 package outboxtest
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +18,8 @@ func orderedTests() []subtest {
 		{"ParkedRowDoesNotHoldLane", testParkedDoesNotHold},
 		{"HoldParkedKeys", testHoldParkedKeys},
 		{"LeaseRequired", testClaimLeaseRequired},
+		{"LockedHeadNotSkipped", testLockedHead},
+		{"ConcurrentClaimsOneRunInFlight", testLaneClaimRace},
 	}
 }
 
@@ -161,4 +166,123 @@ func testClaimLeaseRequired(t *testing.T, h Harness) {
 	}
 	_, got := e.claimLane(4, 10, lease, leaseEnd.Add(-us), leaseEnd)
 	sameIDs(t, "claim under the live lease", ids(got), ids(recs))
+}
+
+// A lane claim never skips a locked head row to take the rows behind it (that would
+// send them first): it returns nothing, or waits and returns the run from the head.
+func testLockedHead(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	recs := e.laneRows(2, 3)
+	lease := e.acquire(2, at(0), far)
+	release := e.lockRow(recs[0].ID)
+	go func() {
+		time.Sleep(2 * time.Second)
+		release()
+	}()
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	got, err := e.store.Claim(ctx, outbox.ClaimParams{Lane: 2, Limit: 10, Now: at(0), Until: at(time.Minute), Token: outbox.NewToken(), Lease: lease}, nil)
+	if err != nil {
+		t.Fatalf("lane Claim with a locked head: %v", err)
+	}
+	if len(got) > 0 {
+		sameIDs(t, "lane claim that waited for the locked head", ids(got), ids(recs))
+		return
+	}
+	release()
+	_, got = e.claimLane(2, 10, lease, at(0), at(time.Minute))
+	sameIDs(t, "lane claim after the head's lock is released", ids(got), ids(recs))
+}
+
+// Claimers racing on one lane (with its live lease) never hold two runs at once: a
+// claim taken while another is live returns nothing, so when a claim returns, every
+// row before it has been completed.
+func testLaneClaimRace(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	const rows, claimers, batch = 300, 4, 7
+	keys := keysInLane(1, testLanes, 3)
+	recs := make([]outbox.Record, rows)
+	for i := range recs {
+		recs[i] = laneRecord(keys[i%3], at(0))
+	}
+	e.insert(recs...)
+	lease := e.acquire(1, at(0), far)
+	earlier := "SELECT COUNT(*) FROM " + e.outboxTable() + " WHERE lane = " + h.Placeholder(1) + " AND id < " + h.Placeholder(2)
+	var (
+		mu       sync.Mutex
+		claimed  = map[outbox.ID]bool{}
+		problems []string
+		wg       sync.WaitGroup
+	)
+	report := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(problems) < 5 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	for c := 0; c < claimers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) {
+				tok := outbox.NewToken()
+				got, err := e.store.Claim(e.ctx, outbox.ClaimParams{Lane: 1, Limit: batch, Now: at(time.Second), Until: far, Token: tok, Lease: lease}, nil)
+				if outbox.IsRetryable(err) {
+					continue
+				}
+				if err != nil {
+					report("Claim: %v", err)
+					return
+				}
+				if len(got) == 0 {
+					mu.Lock()
+					done := len(claimed) == rows
+					mu.Unlock()
+					if done {
+						return
+					}
+					time.Sleep(200 * time.Microsecond)
+					continue
+				}
+				first := got[0].ID
+				var before int64
+				if err := e.h.DB.QueryRowContext(e.ctx, earlier, 1, first[:]).Scan(&before); err != nil {
+					report("count earlier rows: %v", err)
+					return
+				}
+				if before != 0 {
+					report("a claim returned %d rows from %s while %d earlier rows of the lane were not completed", len(got), first, before)
+				}
+				mu.Lock()
+				for _, r := range got {
+					if claimed[r.ID] {
+						problems = append(problems, fmt.Sprintf("row %s claimed twice", r.ID))
+					}
+					claimed[r.ID] = true
+				}
+				mu.Unlock()
+				for {
+					n, err := e.store.Complete(e.ctx, outbox.CompleteParams{Token: tok, IDs: ids(got), Now: at(time.Second), Lane: 1, Lease: lease})
+					if outbox.IsRetryable(err) {
+						continue
+					}
+					if err != nil || n != len(got) {
+						report("Complete = %d, %v; want %d", n, err, len(got))
+						return
+					}
+					break
+				}
+			}
+			report("claimer gave up after 30s")
+		}()
+	}
+	wg.Wait()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if len(claimed) != rows {
+		t.Fatalf("%d rows claimed, want %d", len(claimed), rows)
+	}
 }
