@@ -65,20 +65,11 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
+// checkLane validates the lane of an operation. For ordered ones a zero or stale lease
+// is no caller error: like any lease that is not live, it makes them change nothing.
 func (s *Store) checkLane(op string, lane int) error {
 	if lane < outbox.Unordered || lane >= s.opts.Lanes {
 		return invalid(op, "lane %d out of range [%d, %d)", lane, outbox.Unordered, s.opts.Lanes)
-	}
-	return nil
-}
-
-// checkFence validates the lane/lease pair of an ordered operation.
-func (s *Store) checkFence(op string, lane int, lease outbox.Token) error {
-	if err := s.checkLane(op, lane); err != nil {
-		return err
-	}
-	if lane != outbox.Unordered && lease.IsZero() {
-		return invalid(op, "lane %d requires a lease token", lane)
 	}
 	return nil
 }
@@ -165,7 +156,7 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 // Claim takes up to c.Limit eligible rows for c.Token in one UPDATE.
 func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
 	dst = dst[:0]
-	if err := s.checkFence("claim", c.Lane, c.Lease); err != nil {
+	if err := s.checkLane("claim", c.Lane); err != nil {
 		return dst, err
 	}
 	switch {
@@ -240,7 +231,7 @@ func chunkIDs(ids []outbox.ID, fn func(part []outbox.ID) (int, error)) (int, err
 
 // Renew extends the live claims of r.Token; it never shortens an expiry.
 func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
-	if err := s.checkFence("renew", r.Lane, r.Lease); err != nil {
+	if err := s.checkLane("renew", r.Lane); err != nil {
 		return 0, err
 	}
 	if r.Token.IsZero() || (r.IDs != nil && len(r.IDs) == 0) {
@@ -260,7 +251,7 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 
 // Complete deletes the rows among c.IDs whose live claim is c.Token.
 func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
-	if err := s.checkFence("complete", c.Lane, c.Lease); err != nil {
+	if err := s.checkLane("complete", c.Lane); err != nil {
 		return 0, err
 	}
 	if len(c.IDs) == 0 || c.Token.IsZero() {
@@ -276,7 +267,7 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 
 // Fail records a failed attempt of one row held with f.Token, in one statement.
 func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
-	if err := s.checkFence("fail", f.Lane, f.Lease); err != nil {
+	if err := s.checkLane("fail", f.Lane); err != nil {
 		return false, err
 	}
 	if f.Token.IsZero() {
