@@ -61,6 +61,12 @@ type Store interface {
 	// deleted), and returns how many it deleted.
 	Complete(ctx context.Context, c CompleteParams) (int, error)
 
+	// Release gives back the live claims held by token (all of them, or only ids when
+	// given) without counting an attempt, so the rows are claimable again at once (a
+	// forwarder shutting down, or a lane worker stopping with claimed rows it did not
+	// send). It returns how many claims it released; a stale token releases nothing.
+	Release(ctx context.Context, r ReleaseParams) (int, error)
+
 	// Fail records a failed attempt of one row in one statement: with the row's live
 	// claim token it increments attempts, stores the error text, releases the claim, sets
 	// DeliverAt to RetryAt when RetryAt is after now, and parks the row when Park is set.
@@ -150,6 +156,15 @@ type RenewParams struct {
 type CompleteParams struct {
 	Token Token
 	IDs   []ID
+	Now   time.Time
+	Lane  int   // Unordered, or the lane whose lease must be live
+	Lease Token // required when Lane != Unordered
+}
+
+// ReleaseParams parameterises Store.Release.
+type ReleaseParams struct {
+	Token Token
+	IDs   []ID // optional: only these rows
 	Now   time.Time
 	Lane  int   // Unordered, or the lane whose lease must be live
 	Lease Token // required when Lane != Unordered
