@@ -3,8 +3,11 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -45,9 +48,19 @@ func (b *insertBuf) reset() {
 // each element: Index returns a pointer into elems (no allocation), and each element
 // type implements the pgtype valuer interface of its codec. pgx's own slice support
 // boxes every string, []byte and time.Time, which costs ten allocations a row.
-type column[E any] struct {
+//
+// When the application's DSN selects a query execution mode that does not learn the
+// parameter types from the server (default_query_exec_mode=exec or simple_protocol,
+// e.g. behind PgBouncer), pgx cannot pick the array codec and falls back to Value: the
+// array's text form, which the statement's casts parse.
+type column[E arrayElem] struct {
 	elems []E
 	dims  [1]pgtype.ArrayDimension
+}
+
+// arrayElem is an element that can write itself as a quoted array-literal element.
+type arrayElem interface {
+	appendArrayText(dst []byte) []byte
 }
 
 func (c *column[E]) Dimensions() []pgtype.ArrayDimension {
@@ -58,6 +71,18 @@ func (c *column[E]) Index(i int) any { return &c.elems[i] }
 func (c *column[E]) IndexType() any  { return (*E)(nil) }
 func (c *column[E]) add(e E)         { c.elems = append(c.elems, e) }
 func (c *column[E]) reset()          { clear(c.elems); c.elems = c.elems[:0] }
+
+// Value returns the array's text form ({"a","b"}), for the modes described on column.
+func (c *column[E]) Value() (driver.Value, error) {
+	buf := []byte{'{'}
+	for i := range c.elems {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = c.elems[i].appendArrayText(buf)
+	}
+	return string(append(buf, '}')), nil
+}
 
 type (
 	byteaElem []byte
@@ -77,8 +102,36 @@ func (e *timeElem) TimestamptzValue() (pgtype.Timestamptz, error) {
 	return pgtype.Timestamptz{Time: time.Time(*e), Valid: true}, nil
 }
 
+// Array-literal elements are double-quoted with backslash escapes; a bytea element is
+// its hex form ("\\x..." in the literal).
+func (e byteaElem) appendArrayText(dst []byte) []byte {
+	dst = append(dst, `"\\x`...)
+	dst = hex.AppendEncode(dst, e)
+	return append(dst, '"')
+}
+
+func (e textElem) appendArrayText(dst []byte) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(e); i++ {
+		if e[i] == '"' || e[i] == '\\' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, e[i])
+	}
+	return append(dst, '"')
+}
+
+func (e int4Elem) appendArrayText(dst []byte) []byte { return strconv.AppendInt(dst, int64(e), 10) }
+
+func (e timeElem) appendArrayText(dst []byte) []byte {
+	dst = append(dst, '"')
+	dst = time.Time(e).UTC().AppendFormat(dst, "2006-01-02 15:04:05.999999")
+	return append(dst, `+00"`...)
+}
+
 var (
 	_ pgtype.ArrayGetter       = (*column[byteaElem])(nil)
+	_ driver.Valuer            = (*column[byteaElem])(nil)
 	_ pgtype.BytesValuer       = (*byteaElem)(nil)
 	_ pgtype.TextValuer        = (*textElem)(nil)
 	_ pgtype.Int64Valuer       = (*int4Elem)(nil)

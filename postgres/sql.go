@@ -47,7 +47,8 @@ type queries struct {
 	claimLane, claimLaneHold string
 
 	// indexed by variant: bit 0 = with ids, bit 1 = fenced by a lane lease
-	renew [4]string
+	renew   [4]string
+	release [4]string
 	// indexed by fenced
 	complete [2]string
 	fail     [2]string
@@ -105,6 +106,7 @@ func newQueries(n names) *queries {
 
 	for v := range q.renew {
 		q.renew[v] = q.buildRenew(v&1 != 0, v&2 != 0)
+		q.release[v] = q.buildRelease(v&1 != 0, v&2 != 0)
 	}
 	for v := range q.complete {
 		q.complete[v] = q.buildComplete(v == 1)
@@ -194,6 +196,21 @@ func (q *queries) buildClaimLane(holdParkedKeys bool) string {
 func (q *queries) buildRenew(withIDs, fenced bool) string {
 	p := params{n: 3}
 	s := `UPDATE ` + q.n.outbox + ` SET claim_expires_at = GREATEST(claim_expires_at, $3) ` +
+		`WHERE claim_token = $1 AND claim_expires_at > $2 AND status = 'pending'`
+	if withIDs {
+		s += ` AND id = ANY(` + p.next() + `::bytea[])`
+	}
+	if fenced {
+		lane, lease := p.next(), p.next()
+		s += ` AND lane = ` + lane + ` AND ` + q.liveLease(lane, lease, "$2")
+	}
+	return s
+}
+
+// buildRelease: $1 token, $2 now, then [ids], then [lane, lease].
+func (q *queries) buildRelease(withIDs, fenced bool) string {
+	p := params{n: 2}
+	s := `UPDATE ` + q.n.outbox + ` SET claim_token = NULL, claim_expires_at = NULL ` +
 		`WHERE claim_token = $1 AND claim_expires_at > $2 AND status = 'pending'`
 	if withIDs {
 		s += ` AND id = ANY(` + p.next() + `::bytea[])`

@@ -221,6 +221,31 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 	return s.execCount(ctx, "renew", s.q.renew[v], args...)
 }
 
+// Release gives back the live claims of r.Token without counting an attempt.
+func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error) {
+	if err := s.checkLane("release", r.Lane); err != nil {
+		return 0, err
+	}
+	if r.Token.IsZero() || noLease(r.Lane, r.Lease) {
+		return 0, nil
+	}
+	args := make([]any, 2, 5)
+	args[0], args[1] = r.Token[:], r.Now
+	v := 0
+	if r.IDs != nil {
+		if len(r.IDs) == 0 {
+			return 0, nil
+		}
+		v |= 1
+		args = append(args, idArgs(r.IDs))
+	}
+	if r.Lane != outbox.Unordered {
+		v |= 2
+		args = append(args, r.Lane, r.Lease[:])
+	}
+	return s.execCount(ctx, "release", s.q.release[v], args...)
+}
+
 func (s *Store) execCount(ctx context.Context, op, query string, args ...any) (int, error) {
 	res, err := s.db.ExecContext(ctx, query, args...)
 	if err != nil {

@@ -87,6 +87,13 @@ func TestSmokeUnordered(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second Claim = %d rows, %v", len(again), err)
 	}
+	if n, err := s.Release(ctx, outbox.ReleaseParams{Token: tok, IDs: []outbox.ID{r1.ID}, Now: now, Lane: outbox.Unordered}); err != nil || n != 1 {
+		t.Fatalf("Release = %d, %v", n, err)
+	}
+	claimed, err = s.Claim(ctx, outbox.ClaimParams{Lane: outbox.Unordered, Limit: 10, Now: now, Until: now.Add(time.Minute), Token: tok}, claimed)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != r1.ID || claimed[0].Attempts != 0 {
+		t.Fatalf("Claim after Release = %+v, %v", claimed, err)
+	}
 	n, err := s.Renew(ctx, outbox.RenewParams{Token: tok, Now: now, Until: now.Add(30 * time.Second), Lane: outbox.Unordered})
 	if err != nil || n != 2 {
 		t.Fatalf("Renew (shorter) = %d, %v", n, err)
