@@ -37,6 +37,12 @@ func eligible(a string) string {
 		a + ".claim_expires_at IS NULL OR " + a + ".claim_expires_at <= @now)"
 }
 
+// skipLocked is the hint of reads that skip rows other sessions have locked.
+// READCOMMITTEDLOCK makes every read of the store a locking read, as READPAST requires
+// when the database has READ_COMMITTED_SNAPSHOT on, so the store behaves the same
+// whichever way the database is set.
+const skipLocked = "WITH (READPAST, READCOMMITTEDLOCK)"
+
 func binParam(name string) string { return "CAST(@" + name + " AS binary(16))" }
 
 // sameKey compares ordering keys exactly: '=' on nvarchar follows the column's collation
@@ -66,14 +72,14 @@ func newQueries(n names) *queries {
 
 	// READPAST: a read or count does not wait for writers' open transactions (their rows
 	// are not committed, so not eligible) nor for rows being claimed.
-	read := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (READPAST) WHERE %s AND o.id > " +
+	read := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + skipLocked + " WHERE %s AND o.id > " +
 		binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
 	q.readUnordered = strings.Replace(read, "%s", "o.lane IS NULL", 1)
 	q.readLane = strings.Replace(read, "%s", "o.lane = @lane", 1)
 
-	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK)", "o.lane IS NULL AND "+eligible("o"))
-	q.claimLane = q.claim("WITH (UPDLOCK, ROWLOCK)", q.laneHead(false))
-	q.claimLaneHold = q.claim("WITH (UPDLOCK, ROWLOCK)", q.laneHead(true))
+	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", "o.lane IS NULL AND "+eligible("o"))
+	q.claimLane = q.claim("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", q.laneHead(false))
+	q.claimLaneHold = q.claim("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", q.laneHead(true))
 
 	failSQL := "UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
@@ -85,13 +91,13 @@ func newQueries(n names) *queries {
 	q.park = "UPDATE " + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)"
 
-	q.count = "SELECT COUNT_BIG(*) FROM " + t + " AS o WITH (READPAST) WHERE " + eligible("o")
+	q.count = "SELECT COUNT_BIG(*) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o")
 	// One statement, so the lanes and the parked count come from one read.
-	q.stats = "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o WITH (READPAST) WHERE " + eligible("o") +
-		" GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM " + t + " AS p WITH (READPAST) WHERE p.status = 'parked'"
+	q.stats = "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o") +
+		" GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM " + t + " AS p " + skipLocked + " WHERE p.status = 'parked'"
 	// Each half is the last entry of a filtered index.
-	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WITH (READPAST) WHERE status = 'pending' " +
-		"UNION ALL SELECT MAX(lane) FROM " + t + " WITH (READPAST) WHERE status = 'parked') AS m"
+	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " " + skipLocked + " WHERE status = 'pending' " +
+		"UNION ALL SELECT MAX(lane) FROM " + t + " " + skipLocked + " WHERE status = 'parked') AS m"
 
 	parked := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
 	q.parkedAny = parked + " ORDER BY o.id"
@@ -168,7 +174,7 @@ func (q *queries) laneHead(hold bool) string {
 	}
 	return "o.lane = @lane AND " + eligible("o") + held("o") + " AND " + q.liveLease() +
 		" AND o.id < ALL (SELECT h.id FROM (SELECT TOP (@n) b.id, b.deliver_at, b.claim_expires_at FROM " + q.outbox +
-		" AS b WHERE b.lane = @lane AND b.status = 'pending'" + held("b") + " ORDER BY b.id) AS h" +
+		" AS b WITH (READCOMMITTEDLOCK) WHERE b.lane = @lane AND b.status = 'pending'" + held("b") + " ORDER BY b.id) AS h" +
 		" WHERE h.deliver_at > @now OR h.claim_expires_at > @now)"
 }
 
@@ -191,6 +197,20 @@ func idList(n int) string {
 // those whose expiry stays, which is what Renew reports.
 func (q *queries) renew(n int, fenced bool) string {
 	s := "UPDATE " + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
+		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
+	if n > 0 {
+		s += " AND id IN (" + idList(n) + ")"
+	}
+	if fenced {
+		s += " AND lane = @lane AND " + q.liveLease()
+	}
+	return s
+}
+
+// release gives back the live claims of @tok (among n ids when n > 0) without counting
+// an attempt; fenced adds the lane lease.
+func (q *queries) release(n int, fenced bool) string {
+	s := "UPDATE " + q.outbox + " SET claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
 	if n > 0 {
 		s += " AND id IN (" + idList(n) + ")"

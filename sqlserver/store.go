@@ -249,6 +249,27 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 	return n, wrap("renew", err)
 }
 
+// Release gives back the live claims of r.Token (only r.IDs when given) without
+// counting an attempt: the rows are eligible again at once.
+func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error) {
+	if err := s.checkLane("release", r.Lane); err != nil {
+		return 0, err
+	}
+	if r.Token.IsZero() || (r.IDs != nil && len(r.IDs) == 0) {
+		return 0, nil
+	}
+	fenced := r.Lane != outbox.Unordered
+	base := fenceArgs([]any{named("tok", r.Token[:]), named("now", r.Now.UTC())}, r.Lane, r.Lease)
+	if len(r.IDs) == 0 {
+		n, err := s.exec(ctx, s.q.release(0, fenced), base...)
+		return n, wrap("release", err)
+	}
+	n, err := chunkIDs(r.IDs, func(part []outbox.ID) (int, error) {
+		return s.exec(ctx, s.q.release(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
+	})
+	return n, wrap("release", err)
+}
+
 // Complete deletes the rows among c.IDs whose live claim is c.Token.
 func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
 	if err := s.checkLane("complete", c.Lane); err != nil {

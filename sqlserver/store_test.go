@@ -35,6 +35,7 @@ func TestArgumentChecks(t *testing.T) {
 			_, err := s.Complete(ctx, outbox.CompleteParams{Token: tok, IDs: []outbox.ID{outbox.NewID()}, Lane: 9, Lease: tok})
 			return err
 		}(), "lane 9"},
+		{"release lane", func() error { _, err := s.Release(ctx, outbox.ReleaseParams{Token: tok, Lane: 7}); return err }(), "lane 7"},
 		{"fail lane", func() error { _, err := s.Fail(ctx, outbox.FailParams{Token: tok, Lane: -3}); return err }(), "lane -3"},
 		{"list parked", func() error { _, err := s.ListParked(ctx, outbox.ParkedQuery{}); return err }(), "limit"},
 		{"requeue no selector", func() error { _, err := s.Requeue(ctx, outbox.ParkedFilter{}, now); return err }(), "exactly one"},
