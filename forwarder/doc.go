@@ -43,7 +43,8 @@
 // or a fenced delete is refused, the worker stops at once: a forwarder that lost its
 // lease (paused, partitioned) neither completes nor sends further rows of that lane.
 //
-// A nacked head is retried after its backoff while the rows behind it wait. After
+// A nacked head is retried after its backoff while the rows behind it wait (their claims
+// are given back meanwhile). After
 // MaxAttempts it is parked and the lane continues, or, with StopLaneOnPoison, the lane
 // stops until the parked row is requeued or purged; with HoldParkedKeys only later rows
 // of the parked row's ordering key are held.
@@ -60,13 +61,13 @@
 // # Shutdown
 //
 // Close (or the router's close) stops claiming, lets messages in flight finish for up
-// to ShutdownTimeout (a lane worker also sends the few head rows it has claimed, so their
-// claims do not hold the lane), flushes deletes, releases every lane lease and leaves the
-// members table, so other forwarders take the lanes over at their next lease round.
-// Rows still unsettled at the deadline keep their claims until ClaimTTL; the store has
-// no way to release a claim without counting an attempt, so they are sent again after
-// their claims expire. A lane handed over while its head waits for a retry resumes on
-// its new owner when the claims of the rows queued behind it expire.
+// to ShutdownTimeout, flushes their deletes, gives back the claims of rows it claimed
+// but did not send (store.Release, no attempt counted), releases every lane lease and
+// leaves the members table, so other forwarders take the lanes over at their next
+// membership check (about MaxPollInterval) instead of after LeaseTTL. Messages still in
+// the handler at the deadline keep their claims until ClaimTTL and may be sent again
+// after that. A lane handed over to another forwarder is given up the same way, after
+// its message in flight settles.
 //
 // # Observability
 //

@@ -308,9 +308,13 @@ type queued struct {
 
 // runLane is the worker of one held lane: it claims the head run of the lane and sends
 // it one message at a time, in id order, completing each before the next is sent; a
-// refused completion (lease or claim lost) stops it at once.
+// refused completion (lease or claim lost) stops it at once. Claimed rows it will not
+// send now (behind a failed head, of a held key, or at a handover or shutdown) are
+// released, so that the lane is claimable again at once.
 func (f *Forwarder) runLane(h *laneHold) {
+	var queue []queued
 	defer func() {
+		f.releaseQueue(h, queue)
 		f.held[h.lane].Store(false)
 		f.releaseLease(h.lane, h.token)
 		f.metrics.LanesHeld(f.heldCount())
@@ -323,11 +327,9 @@ func (f *Forwarder) runLane(h *laneHold) {
 	counters := &f.counters[lane+1]
 	wakeCh := f.laneWake[lane]
 	var (
-		queue    []queued
-		needHead bool      // a retried row precedes the queue: claim it first
-		retryAt  time.Time // when that row is due (Config.Now's clock)
-		idle     = cfg.PollInterval
-		errDelay = cfg.PollInterval
+		notBefore time.Time // a failed head is due again then (Config.Now's clock)
+		idle      = cfg.PollInterval
+		errDelay  = cfg.PollInterval
 	)
 	log := func(msg string, err error, extra watermill.LogFields) {
 		fields := watermill.LogFields{"lane": lane}.Add(extra)
@@ -347,22 +349,18 @@ func (f *Forwarder) runLane(h *laneHold) {
 			return false
 		}
 	}
-	// pause waits d, a wake-up, a handover or shutdown; false when the lane must stop now.
+	// pause waits d, a wake-up, a handover or shutdown; false when the lane must stop.
 	pause := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
-		var rel, stop <-chan struct{}
-		if !draining() {
-			rel, stop = h.release, f.stopping
-		}
 		select {
 		case <-t.C:
 		case <-wakeCh:
-		case <-rel:
-		case <-stop:
-		case <-h.ctx.Done():
+		case <-h.release:
 			return false
-		case <-f.abandon:
+		case <-f.stopping:
+			return false
+		case <-h.ctx.Done():
 			return false
 		}
 		return true
@@ -374,51 +372,35 @@ func (f *Forwarder) runLane(h *laneHold) {
 	}
 
 	for {
-		if h.ctx.Err() != nil {
+		if h.ctx.Err() != nil || draining() {
 			return
 		}
-		// Keep the claims of queued rows alive (for example while the head waits for its
-		// retry).
-		if len(queue) > 0 {
-			now := f.now()
-			if !leaseLive(now) {
-				log("Lane lease about to expire unrenewed; stopping the lane", nil, nil)
-				return
-			}
-			if queue[0].until.Sub(now) < cfg.ClaimTTL/2 || (len(queue) > 1 && queue[len(queue)-1].until.Sub(now) < cfg.ClaimTTL/2) {
-				var ok bool
-				queue, ok = f.renewQueue(h, queue, now)
-				if !ok {
-					if !pause(errDelay) {
-						return
-					}
-					continue
+		now := f.now()
+		if !leaseLive(now) {
+			log("Lane lease about to expire unrenewed; stopping the lane", nil, nil)
+			return
+		}
+		if len(queue) > 0 && queue[0].until.Sub(now) < cfg.ClaimTTL/2 {
+			var ok bool
+			if queue, ok = f.renewQueue(h, queue, now); !ok {
+				if !pause(errDelay) {
+					return
 				}
+				continue
 			}
 		}
-		if len(queue) == 0 || needHead {
-			if draining() && !needHead {
-				return
-			}
-			if draining() {
-				return // the head waits for its retry: the rest must wait too
-			}
-			if !needHead && cfg.StopLaneOnPoison && f.laneStopped(lane) {
+		if len(queue) == 0 {
+			if cfg.StopLaneOnPoison && f.laneStopped(lane) {
 				if !pause(cfg.MaxPollInterval) {
 					return
 				}
 				continue
 			}
-			now := f.now()
-			if needHead && now.Before(retryAt) {
-				if !pause(min(retryAt.Sub(now), cfg.ClaimTTL/4)) {
+			if now.Before(notBefore) {
+				if !pause(notBefore.Sub(now)) {
 					return
 				}
 				continue
-			}
-			if !leaseLive(now) {
-				log("Lane lease about to expire unrenewed; stopping the lane", nil, nil)
-				return
 			}
 			token := outbox.NewToken()
 			until := now.Add(cfg.ClaimTTL)
@@ -439,20 +421,17 @@ func (f *Forwarder) runLane(h *laneHold) {
 			}
 			errDelay = cfg.PollInterval
 			if len(recs) == 0 {
-				d := idle
-				if needHead {
-					d = cfg.PollInterval
-				} else {
-					idle = min(2*idle, cfg.MaxPollInterval)
-				}
-				if !pause(d) {
+				if !pause(idle) {
 					return
 				}
+				idle = min(2*idle, cfg.MaxPollInterval)
 				continue
 			}
 			idle = cfg.PollInterval
-			queue = mergeQueue(queue, recs, token, until)
-			needHead = false
+			queue = make([]queued, len(recs))
+			for i := range recs {
+				queue[i] = queued{rec: recs[i], token: token, until: until}
+			}
 		}
 
 		q := queue[0]
@@ -462,26 +441,29 @@ func (f *Forwarder) runLane(h *laneHold) {
 			if !f.failLaneRow(h, &q, reason, time.Time{}, true) {
 				return
 			}
-			queue = f.afterPark(lane, queue)
+			queue = f.afterPark(h, queue)
 			continue
 		}
 		counters.inFlight.Add(1)
 		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
 		sent := f.emit(h.ctx, msg)
-		var acked, done bool
+		var acked, settled bool
 		if sent {
 			select {
 			case <-msg.Acked():
-				acked, done = true, true
+				acked, settled = true, true
 			case <-msg.Nacked():
-				done = true
+				settled = true
 			case <-h.ctx.Done():
 			case <-f.abandon:
 			}
 		}
 		counters.inFlight.Add(-1)
 		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
-		if !done {
+		if !settled {
+			if sent {
+				queue = queue[1:] // still in the handler: its claim expires by itself
+			}
 			return
 		}
 		if acked {
@@ -495,64 +477,64 @@ func (f *Forwarder) runLane(h *laneHold) {
 		}
 		attempts := q.rec.Attempts + 1
 		park := attempts >= cfg.MaxAttempts
-		now := f.now()
-		at := now.Add(cfg.backoff(attempts))
+		at := f.now().Add(cfg.backoff(attempts))
 		if !f.failLaneRow(h, &q, d.failure(), at, park) {
 			return
 		}
 		if park {
 			log("Row parked after too many attempts", nil, watermill.LogFields{"row_id": q.rec.ID.String(), "attempts": attempts, "last_error": d.failure()})
-			queue = f.afterPark(lane, queue)
+			queue = f.afterPark(h, queue)
 			continue
 		}
-		queue = queue[1:]
-		needHead, retryAt = true, at
+		// The failed head is due again at its retry time and holds the lane until then:
+		// give the rows behind it back and claim the head run again when it is due.
+		f.releaseQueue(h, queue[1:])
+		queue, notBefore = nil, at
 	}
 }
 
-// afterPark drops the parked head and what may no longer follow it: the whole queue when
-// the lane stops on poison, the rows of the parked key when keys are held. The claims of
-// dropped rows expire by themselves.
-func (f *Forwarder) afterPark(lane int, queue []queued) []queued {
+// afterPark drops the parked head and releases what may no longer follow it: the whole
+// queue when the lane stops on poison, the rows of the parked key when keys are held.
+func (f *Forwarder) afterPark(h *laneHold, queue []queued) []queued {
 	parked := queue[0]
 	queue = queue[1:]
 	switch {
 	case f.cfg.StopLaneOnPoison:
-		f.stopLane(lane)
+		f.stopLane(h.lane)
+		f.releaseQueue(h, queue)
 		return nil
 	case f.cfg.HoldParkedKeys && parked.rec.OrderingKey != "":
-		kept := queue[:0]
+		var kept, held []queued
 		for _, q := range queue {
-			if q.rec.OrderingKey != parked.rec.OrderingKey {
+			if q.rec.OrderingKey == parked.rec.OrderingKey {
+				held = append(held, q)
+			} else {
 				kept = append(kept, q)
 			}
 		}
+		f.releaseQueue(h, held)
 		return kept
 	}
 	return queue
 }
 
-// mergeQueue merges freshly claimed rows into the queue in id order; a fresh claim of a
-// row replaces the old one.
-func mergeQueue(queue []queued, recs []outbox.Record, token outbox.Token, until time.Time) []queued {
-	out := make([]queued, 0, len(queue)+len(recs))
-	for i := range recs {
-		out = append(out, queued{rec: recs[i], token: token, until: until})
+// releaseQueue gives back the claims of rows the worker will not send now (fenced by
+// the lease; after a lost lease nothing is released and the claims expire).
+func (f *Forwarder) releaseQueue(h *laneHold, queue []queued) {
+	if len(queue) == 0 {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	defer cancel()
+	byToken := map[outbox.Token][]outbox.ID{}
 	for _, q := range queue {
-		dup := false
-		for i := range recs {
-			if recs[i].ID == q.rec.ID {
-				dup = true
-				break
-			}
-		}
-		if !dup {
-			out = append(out, q)
+		byToken[q.token] = append(byToken[q.token], q.rec.ID)
+	}
+	for token, ids := range byToken {
+		if _, err := f.store.Release(ctx, outbox.ReleaseParams{Token: token, IDs: ids, Now: f.now(), Lane: h.lane, Lease: h.token}); err != nil {
+			f.logger.Error("Cannot release claimed rows of a lane (their claims expire)", err, watermill.LogFields{"lane": h.lane, "rows": len(ids)})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].rec.ID.Compare(out[j].rec.ID) < 0 })
-	return out
 }
 
 // renewQueue extends the claims of the queued rows; rows whose claim is gone are dropped.

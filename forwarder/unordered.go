@@ -163,6 +163,11 @@ func (f *Forwarder) runUnordered() {
 				}
 				batches[b.token] = b
 				for i := range recs {
+					if f.isStopping() {
+						// Shutting down: give the rows not emitted yet back at once.
+						f.releaseUnordered(b.token, recs[i:])
+						break
+					}
 					msg, d, reason := f.prepare(&recs[i])
 					if reason != "" {
 						f.parkClaimed(&recs[i], b.token, reason)
@@ -171,9 +176,9 @@ func (f *Forwarder) runUnordered() {
 					b.open++
 					inFlight++
 					counters.inFlight.Add(1)
-					// Rows already claimed are emitted even when stopping, so that their
-					// claims do not linger; only abandoning stops.
 					if !f.emit(ctx, msg) {
+						counters.inFlight.Add(-1)
+						f.releaseUnordered(b.token, recs[i:])
 						return
 					}
 					go f.watchUnordered(msg, d, b, results)
@@ -266,6 +271,19 @@ func (f *Forwarder) prepare(rec *outbox.Record) (*message.Message, *delivery, st
 		return nil, nil, err.Error()
 	}
 	return msg, d, ""
+}
+
+// releaseUnordered gives back the claims of unordered rows that were not emitted.
+func (f *Forwarder) releaseUnordered(token outbox.Token, recs []outbox.Record) {
+	ids := make([]outbox.ID, len(recs))
+	for i := range recs {
+		ids[i] = recs[i].ID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	defer cancel()
+	if _, err := f.store.Release(ctx, outbox.ReleaseParams{Token: token, IDs: ids, Now: f.now(), Lane: outbox.Unordered}); err != nil {
+		f.logger.Error("Cannot release claimed unordered rows (their claims expire)", err, watermill.LogFields{"rows": len(ids)})
+	}
 }
 
 // parkClaimed parks an unordered row that cannot be sent (through a completer).
