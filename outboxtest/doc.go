@@ -17,7 +17,7 @@
 //	}
 //
 // Every rule of the contract is one parallel subtest (Run's groups: Schema, RoundTrip,
-// Read, Eligibility, Claim, Ordered, Renew, Complete, Fail, Park, Parked, Stats, Lease,
+// Read, Eligibility, Claim, Ordered, Renew, Complete, Release, Fail, Park, Parked, Stats, Lease,
 // Members, Insert, Corrupt, Errors), each in its own tables (a fresh prefix from
 // internal/testenv, created through Store.CreateSchema and dropped at the end), so a
 // failure names the rule and the dialect, and -run selects one rule.

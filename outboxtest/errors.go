@@ -54,6 +54,10 @@ func storeOps(id outbox.ID) []storeOp {
 			_, err := s.Complete(ctx, outbox.CompleteParams{Lane: outbox.Unordered, Token: tok, IDs: []outbox.ID{id}, Now: now})
 			return err
 		}},
+		{"Release", func(ctx context.Context, s outbox.Store) error {
+			_, err := s.Release(ctx, outbox.ReleaseParams{Token: tok, Now: now, Lane: outbox.Unordered})
+			return err
+		}},
 		{"Fail", func(ctx context.Context, s outbox.Store) error {
 			_, err := s.Fail(ctx, outbox.FailParams{Lane: outbox.Unordered, ID: id, Token: tok, Now: now, Error: "x"})
 			return err

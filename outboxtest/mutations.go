@@ -27,6 +27,15 @@ func completeTests() []subtest {
 	}
 }
 
+func releaseTests() []subtest {
+	return []subtest{
+		{"LiveToken", testReleaseLive},
+		{"OnlyIDs", testReleaseOnlyIDs},
+		{"StaleOrExpiredToken", testReleaseStale},
+		{"LeaseFenced", testReleaseLeaseFenced},
+	}
+}
+
 func failTests() []subtest {
 	return []subtest{
 		{"LiveToken", testFailLive},
@@ -452,4 +461,107 @@ func testParkLiveClaim(t *testing.T, h Harness) {
 func withExpiredClaim(want outbox.Record, tok outbox.Token, until time.Time) outbox.Record {
 	want.ClaimToken, want.ClaimExpiresAt = tok, until
 	return want
+}
+
+func (e *env) release(r outbox.ReleaseParams) int {
+	e.t.Helper()
+	n, err := e.store.Release(e.ctx, r)
+	if err != nil {
+		e.t.Fatalf("Release: %v", err)
+	}
+	return n
+}
+
+// Release gives a token's live claims back at once, without counting an attempt.
+func testReleaseLive(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	r1, r2, other := NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0))
+	r2.DeliverAt = at(-time.Second)
+	e.insert(r1, r2, other)
+	tok, got := e.claimUnordered(2, at(0), at(time.Minute))
+	sameIDs(t, "claim", ids(got), idsOf(r1, r2))
+	otherTok, _ := e.claimUnordered(1, at(0), at(time.Minute))
+	if n := e.release(outbox.ReleaseParams{Token: tok, Now: at(time.Second), Lane: outbox.Unordered}); n != 2 {
+		t.Fatalf("Release = %d, want 2", n)
+	}
+	got = e.read(outbox.Unordered, outbox.ID{}, at(time.Second), 10)
+	sameIDs(t, "eligible right after Release", ids(got), idsOf(r1, r2))
+	for i, w := range []outbox.Record{r1, r2} {
+		checkRecord(t, "released row (no attempt counted, DeliverAt kept)", got[i], stored(w))
+	}
+	if n := e.release(outbox.ReleaseParams{Token: tok, Now: at(time.Second), Lane: outbox.Unordered}); n != 0 {
+		t.Fatalf("repeated Release = %d, want 0", n)
+	}
+	// The other claimer's row stays claimed; a released row can be claimed again.
+	if n := e.complete(outbox.CompleteParams{Token: otherTok, IDs: idsOf(other), Now: at(time.Second), Lane: outbox.Unordered}); n != 1 {
+		t.Fatalf("Complete of the other claim = %d, want 1", n)
+	}
+	_, got = e.claimUnordered(10, at(time.Second), at(time.Minute))
+	sameIDs(t, "claim after Release", ids(got), idsOf(r1, r2))
+}
+
+// With IDs, only those of the token's claims are released.
+func testReleaseOnlyIDs(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	r1, r2, r3 := NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0))
+	e.insert(r1, r2, r3)
+	tok, _ := e.claimUnordered(2, at(0), at(time.Minute))
+	if n := e.release(outbox.ReleaseParams{Token: tok, IDs: idsOf(r2, r3), Now: at(time.Second), Lane: outbox.Unordered}); n != 1 {
+		t.Fatalf("Release of r2 and unclaimed r3 = %d, want 1", n)
+	}
+	sameIDs(t, "eligible after a partial Release", e.readIDs(outbox.Unordered, at(time.Second)), idsOf(r2, r3))
+	if n := e.complete(outbox.CompleteParams{Token: tok, IDs: idsOf(r1), Now: at(time.Second), Lane: outbox.Unordered}); n != 1 {
+		t.Fatalf("Complete of the row still claimed = %d, want 1", n)
+	}
+}
+
+// A wrong, expired or replaced token releases nothing.
+func testReleaseStale(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	r := NewRecord(at(0))
+	e.insert(r)
+	until := at(time.Minute)
+	tok, _ := e.claimUnordered(1, at(0), until)
+	if n := e.release(outbox.ReleaseParams{Token: outbox.NewToken(), Now: at(time.Second), Lane: outbox.Unordered}); n != 0 {
+		t.Fatalf("Release with a wrong token = %d, want 0", n)
+	}
+	if n := e.release(outbox.ReleaseParams{Token: tok, Now: until, Lane: outbox.Unordered}); n != 0 {
+		t.Fatalf("Release of a claim expiring exactly at now = %d, want 0", n)
+	}
+	tok2, _ := e.claimUnordered(1, until, at(2*time.Minute))
+	if n := e.release(outbox.ReleaseParams{Token: tok, IDs: idsOf(r), Now: until, Lane: outbox.Unordered}); n != 0 {
+		t.Fatalf("Release with the replaced token = %d, want 0", n)
+	}
+	e.expiresAt("the new claim after stale releases", outbox.Unordered, idsOf(r), at(2*time.Minute))
+	if n := e.release(outbox.ReleaseParams{Token: tok2, Now: until, Lane: outbox.Unordered}); n != 1 {
+		t.Fatalf("Release with the live token = %d, want 1", n)
+	}
+}
+
+// Lane releases need the live lease of the lane; a released head is the head again.
+func testReleaseLeaseFenced(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	recs := e.laneRows(5, 3)
+	leaseEnd := at(20 * time.Second)
+	lease := e.acquire(5, at(0), leaseEnd)
+	tok, got := e.claimLane(5, 2, lease, at(0), at(time.Minute))
+	sameIDs(t, "claim", ids(got), ids(recs[:2]))
+	for _, c := range []struct {
+		name  string
+		lease outbox.Token
+		now   time.Time
+	}{
+		{"no lease", outbox.Token{}, at(time.Second)},
+		{"wrong lease", outbox.NewToken(), at(time.Second)},
+		{"lease expired exactly at now", lease, leaseEnd},
+	} {
+		if n := e.release(outbox.ReleaseParams{Token: tok, Now: c.now, Lane: 5, Lease: c.lease}); n != 0 {
+			t.Fatalf("Release with %s = %d, want 0", c.name, n)
+		}
+	}
+	if n := e.release(outbox.ReleaseParams{Token: tok, Now: at(time.Second), Lane: 5, Lease: lease}); n != 2 {
+		t.Fatalf("Release with the live lease = %d, want 2", n)
+	}
+	_, got = e.claimLane(5, 10, lease, at(time.Second), at(time.Minute))
+	sameIDs(t, "lane claim after Release", ids(got), ids(recs))
 }

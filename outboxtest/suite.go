@@ -57,6 +57,7 @@ func groups() []group {
 		{"Ordered", orderedTests()},
 		{"Renew", renewTests()},
 		{"Complete", completeTests()},
+		{"Release", releaseTests()},
 		{"Fail", failTests()},
 		{"Park", parkTests()},
 		{"Parked", parkedTests()},
