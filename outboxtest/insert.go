@@ -19,6 +19,7 @@ func insertTests() []subtest {
 		{"RollbackLeavesNothing", testInsertRollback},
 		{"FailurePartWay", testInsertFailurePartWay},
 		{"InvalidRecord", testInsertInvalid},
+		{"LargeBodies", testInsertLargeBodies},
 		{"EmptyAndDoneTx", testInsertEmptyAndDone},
 		{"OddStringsRoundTripOrFail", testInsertOddStrings},
 	}
@@ -334,4 +335,35 @@ func testInsertOddStrings(t *testing.T, h Harness) {
 		}
 	}
 	t.Logf("%s: %s", h.Name, strings.Join(report, "; "))
+}
+
+// One Insert of 24 rows of 1 MiB (more than a MariaDB packet holds by default) works:
+// the store splits its statements by size, not only by row or parameter count.
+func testInsertLargeBodies(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	const rows, size = 24, 1 << 20
+	recs := make([]outbox.Record, rows)
+	for i := range recs {
+		recs[i] = NewRecord(at(time.Duration(i) * us))
+		recs[i].Body = bulkBody(i, size)
+	}
+	e.insert(recs...)
+	var after outbox.ID
+	n := 0
+	for {
+		page := e.read(outbox.Unordered, after, far, 4)
+		if len(page) == 0 {
+			break
+		}
+		for _, r := range page {
+			if n >= rows || r.ID != recs[n].ID || !bytes.Equal(r.Body, recs[n].Body) {
+				t.Fatalf("row %d (%s) differs", n, r.ID)
+			}
+			n++
+			after = r.ID
+		}
+	}
+	if n != rows {
+		t.Fatalf("read back %d rows, want %d", n, rows)
+	}
 }

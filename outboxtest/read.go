@@ -139,6 +139,14 @@ func testLaneSelection(t *testing.T, h Harness) {
 	sameIDs(t, "lane 2", e.readIDs(2, at(0)), idsOf(b1))
 	sameIDs(t, "lane 3", e.readIDs(3, at(0)), nil)
 	sameIDs(t, "lane 0", e.readIDs(0, at(0)), nil)
+	// Claims select the same way.
+	_, got := e.claimUnordered(10, at(0), at(time.Minute))
+	sameIDs(t, "unordered claim", ids(got), idsOf(u1, u2))
+	lease := e.acquire(1, at(0), far)
+	_, got = e.claimLane(1, 1, lease, at(0), at(time.Minute))
+	sameIDs(t, "lane 1 claim", ids(got), idsOf(a1))
+	// Read is not a claim: the rows behind a claimed head are eligible and read.
+	sameIDs(t, "lane 1 read behind a claimed head", e.readIDs(1, at(0)), idsOf(a2))
 }
 
 // Records reused from an earlier call carry nothing over into rows whose optional
