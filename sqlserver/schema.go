@@ -27,9 +27,12 @@ func createStatements(opts Options) []string {
 	lanes := schema + "." + q(n.lanes)
 	nodes := schema + "." + q(n.nodes)
 
-	// varbinary columns keep trailing zero bytes only when created with ANSI_PADDING ON
-	// (the default of every current client; an old tool may still turn it off).
-	stmts := []string{"SET ANSI_PADDING ON;"}
+	// Filtered indexes can only be created (and their table written) with these
+	// settings, which go-mssqldb's sessions have but sqlcmd's do not (QUOTED_IDENTIFIER
+	// is off there unless -I); varbinary columns keep trailing zero bytes only when
+	// created with ANSI_PADDING ON.
+	stmts := []string{"SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n" +
+		"SET CONCAT_NULL_YIELDS_NULL ON;\nSET QUOTED_IDENTIFIER ON;\nSET NUMERIC_ROUNDABORT OFF;"}
 	if opts.CreateSchema && opts.Schema != "" {
 		stmts = append(stmts, "IF SCHEMA_ID("+quoteString(n.schema)+") IS NULL\n"+
 			"    EXEC("+quoteString("CREATE SCHEMA "+schema)+");")
