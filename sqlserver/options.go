@@ -48,7 +48,7 @@ func (o Options) Validate() error {
 		}
 	}
 	if n, max := utf16Len(o.TablePrefix), MaxTablePrefixUnits(); n > max {
-		return outbox.InvalidOption("TablePrefix", "is %d UTF-16 code units long; at most %d fit, since the longest name built from it (%q) must stay within SQL Server's %d",
+		return outbox.InvalidOption("TablePrefix", "is %d UTF-16 code units long; at most %d fit: the longest name made from it appends %q, and SQL Server names hold at most %d",
 			n, max, longestSuffix(), MaxIdentifierUnits)
 	}
 	// The rule above is derived from the suffixes; checking every generated name keeps
