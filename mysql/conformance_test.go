@@ -1,0 +1,132 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+	"github.com/relayer-go/watermill-outbox/mysql"
+	"github.com/relayer-go/watermill-outbox/outboxtest"
+)
+
+// dsnVariant names a DSN form the store must not depend on.
+type dsnVariant struct {
+	name   string
+	adjust func(cfg *driver.Config)
+}
+
+var (
+	plainDSN = dsnVariant{"plain", func(*driver.Config) {}}
+	// Every setting that changes what the driver sends or returns: interpolated
+	// (text-protocol) statements, affected rows counting unchanged rows, and DATETIME
+	// parsed into time.Time in the machine's zone.
+	otherDSN = dsnVariant{"interpolate-foundrows-parsetime", func(cfg *driver.Config) {
+		cfg.InterpolateParams = true
+		cfg.ClientFoundRows = true
+		cfg.ParseTime = true
+		cfg.Loc = time.Local
+	}}
+)
+
+// config parses the test DSN and applies v.
+func config(t testing.TB, v dsnVariant) *driver.Config {
+	t.Helper()
+	cfg, err := driver.ParseDSN(testenv.DSN(t, testenv.MySQL))
+	if err != nil {
+		t.Fatalf("parse %s: %v", testenv.EnvVar(testenv.MySQL), err)
+	}
+	v.adjust(cfg)
+	return cfg
+}
+
+func openConfig(cfg *driver.Config) (*sql.DB, error) {
+	conn, err := driver.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(conn), nil
+}
+
+// openDB opens the test database with DSN variant v and closes it when t ends.
+func openDB(t testing.TB, v dsnVariant) *sql.DB {
+	t.Helper()
+	db, err := openConfig(config(t, v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		testenv.Unavailable(t, testenv.MySQL, err)
+	}
+	return db
+}
+
+// harness describes the dialect to the conformance suite over DSN variant v.
+func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
+	db := openDB(t, v)
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	cfg := config(t, v)
+	return outboxtest.Harness{
+		Name: "mysql",
+		DB:   db,
+		NewStore: func(db *sql.DB, opts outbox.Options) (outbox.Store, error) {
+			return mysql.New(db, opts)
+		},
+		Placeholder:    func(int) string { return "?" },
+		QualifiedTable: mysql.QualifiedTable,
+		InvalidPrefixes: []outboxtest.InvalidPrefix{
+			{Prefix: strings.Repeat("p", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},
+			{Prefix: strings.Repeat("é", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},
+			{Prefix: "emoji_\U0001F600_", ErrContains: "supplementary character"},
+			{Prefix: "gothic_\U00010348", ErrContains: "supplementary character"},
+		},
+		QuotePrefix: "q`x_",
+		OpenInTimeZone: func(tz string) (*sql.DB, error) {
+			c := cfg.Clone()
+			if c.Params == nil {
+				c.Params = map[string]string{}
+			}
+			// Unknown DSN parameters are session variables the driver SETs on connect.
+			c.Params["time_zone"] = "'" + strings.ReplaceAll(tz, "'", "") + "'"
+			db, err := openConfig(c)
+			if err != nil {
+				return nil, err
+			}
+			if err := db.Ping(); err != nil {
+				_ = db.Close()
+				var me *driver.MySQLError
+				if errors.As(err, &me) && me.Number == 1298 { // unknown or incorrect time zone
+					return nil, fmt.Errorf("time zone %q: %w (%v; load the server's time-zone tables)", tz, errors.ErrUnsupported, err)
+				}
+				return nil, err
+			}
+			return db, nil
+		},
+		OpenDB:    func() (*sql.DB, error) { return openConfig(cfg.Clone()) },
+		MaxParams: 65535,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	outboxtest.Run(t, harness(t, plainDSN))
+}
+
+// TestConformanceDSNVariant runs the suite again over a DSN with interpolateParams,
+// clientFoundRows and parseTime&loc=Local set: the store must not depend on any of them.
+func TestConformanceDSNVariant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: the plain DSN run covers the contract")
+	}
+	outboxtest.Run(t, harness(t, otherDSN))
+}

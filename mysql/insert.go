@@ -1,0 +1,230 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"sync"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+)
+
+const (
+	// maxPlaceholders is the most parameters a server-side prepared statement takes.
+	maxPlaceholders = 65535
+	// argsPerRow is the most parameters one row binds (instants, lane and empty values
+	// are inlined as literals).
+	argsPerRow = 8
+	// packetMargin leaves room for the packet header and the driver's framing.
+	packetMargin = 4 << 10
+	// defaultMaxPacket is assumed when the server's value cannot be read as a number.
+	defaultMaxPacket = 4 << 20
+)
+
+const insertColumns = ` (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES `
+
+// emptyHeaders is the encoding of no headers (version 1, count 0): stored for a record
+// without headers, since the column never holds empty bytes.
+const emptyHeaders = "X'0100000000000000'"
+
+// insertBuf is the reusable SQL text and argument storage of one Insert call.
+type insertBuf struct {
+	sql  []byte
+	args []any
+}
+
+var insertPool = sync.Pool{New: func() any { return new(insertBuf) }}
+
+// Insert writes records inside tx with multi-row INSERT statements, each under the
+// server's max_allowed_packet and the placeholder limit. Every record is validated
+// first: an invalid one fails the call (outbox.ErrInvalidRecord) before anything is
+// written.
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
+	if tx == nil {
+		return fmt.Errorf("mysql: insert: tx is nil")
+	}
+	for i := range records {
+		if err := s.validateRecord(&records[i]); err != nil {
+			return fmt.Errorf("%w: record %d (id %s): %s", outbox.ErrInvalidRecord, i, records[i].ID, err)
+		}
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	maxPacket, err := s.maxAllowedPacket(ctx, tx)
+	if err != nil {
+		return wrapErr("insert", err)
+	}
+	// Escaping can double binary values in interpolated statements: budget for that.
+	budget := maxPacket - packetMargin
+
+	buf := insertPool.Get().(*insertBuf)
+	defer func() {
+		clear(buf.args) // drop references to the caller's bytes
+		buf.args = buf.args[:0]
+		if cap(buf.sql) <= 1<<20 {
+			insertPool.Put(buf)
+		}
+	}()
+	head := len("INSERT INTO ") + len(s.q.outbox) + len(insertColumns)
+	for start := 0; start < len(records); {
+		b := append(buf.sql[:0], "INSERT INTO "...)
+		b = append(b, s.q.outbox...)
+		b = append(b, insertColumns...)
+		args := buf.args[:0]
+		size := head
+		end := start
+		for end < len(records) {
+			r := &records[end]
+			rowSize := rowEstimate(r)
+			if end > start && (size+rowSize > budget || len(args)+argsPerRow > maxPlaceholders) {
+				break
+			}
+			if end > start {
+				b = append(b, ',')
+			}
+			b, args = appendRow(b, args, r)
+			size += rowSize
+			end++
+		}
+		buf.sql, buf.args = b, args
+		if _, err := tx.ExecContext(ctx, string(b), args...); err != nil {
+			return wrapErr(fmt.Sprintf("insert rows %d..%d of %d", start, end-1, len(records)), err)
+		}
+		clear(args)
+		start = end
+	}
+	return nil
+}
+
+// rowEstimate bounds the bytes one row adds to the statement: its SQL text plus every
+// bound value escaped at worst (each byte doubled, quotes and a _binary introducer).
+func rowEstimate(r *outbox.Record) int {
+	n := 2*(len(r.MessageUUID)+len(r.OrderingKey)+len(r.Transport)+len(r.Destination)+
+		len(r.MessageType)+len(r.Headers)+len(r.Body)+len(r.TenantID)+len(r.ID)) + argsPerRow*12
+	return n + 160 // placeholders, lane, two instants, NULLs, separators
+}
+
+// appendRow appends "(...)" for r and its arguments. Instants and the lane are inlined
+// (the store formats them: digits only); empty optional values are inlined as NULL or ”.
+func appendRow(b []byte, args []any, r *outbox.Record) ([]byte, []any) {
+	b = append(b, "(?,"...)
+	args = append(args, r.ID[:])
+	b, args = appendString(b, args, r.MessageUUID, "''")
+	b = append(b, ',')
+	if r.Lane == outbox.Unordered {
+		b = append(b, "NULL"...)
+	} else {
+		b = strconv.AppendInt(b, int64(r.Lane), 10)
+	}
+	b = append(b, ',')
+	if r.OrderingKey == "" {
+		b = append(b, "NULL"...)
+	} else {
+		b = append(b, '?')
+		args = append(args, keyArg(r.OrderingKey))
+	}
+	b = append(b, ',')
+	b, args = appendString(b, args, r.Transport, "''")
+	b = append(b, ',')
+	b, args = appendString(b, args, r.Destination, "''")
+	b = append(b, ',')
+	b, args = appendString(b, args, r.MessageType, "NULL")
+	b = append(b, ',')
+	if len(r.Headers) == 0 {
+		b = append(b, emptyHeaders...)
+	} else {
+		b = append(b, '?')
+		args = append(args, r.Headers)
+	}
+	b = append(b, ',')
+	if len(r.Body) == 0 {
+		b = append(b, "''"...)
+	} else {
+		b = append(b, '?')
+		args = append(args, r.Body)
+	}
+	b = append(b, ',')
+	b, args = appendString(b, args, r.TenantID, "NULL")
+	b = append(b, ",'"...)
+	b, _ = appendTime(b, r.CreatedAt) // validated
+	b = append(b, "','"...)
+	if r.DeliverAt.IsZero() {
+		b, _ = appendTime(b, r.CreatedAt)
+	} else {
+		b, _ = appendTime(b, r.DeliverAt)
+	}
+	return append(b, "')"...), args
+}
+
+func appendString(b []byte, args []any, v, empty string) ([]byte, []any) {
+	if v == "" {
+		return append(b, empty...), args
+	}
+	return append(b, '?'), append(args, v)
+}
+
+// validateRecord checks what the table would reject (or silently alter), so that a bad
+// batch fails before any row is written.
+func (s *Store) validateRecord(r *outbox.Record) error {
+	if r.ID.IsZero() {
+		return fmt.Errorf("ID is zero")
+	}
+	if r.Lane < outbox.Unordered || r.Lane >= s.opts.Lanes {
+		return fmt.Errorf("lane %d outside [%d, %d)", r.Lane, outbox.Unordered, s.opts.Lanes)
+	}
+	if r.CreatedAt.IsZero() {
+		return fmt.Errorf("CreatedAt is zero")
+	}
+	var tmp [timeLayoutLen]byte
+	if _, err := appendTime(tmp[:0], r.CreatedAt); err != nil {
+		return fmt.Errorf("CreatedAt: %w", err)
+	}
+	if _, err := appendTime(tmp[:0], r.DeliverAt); err != nil && !r.DeliverAt.IsZero() {
+		return fmt.Errorf("DeliverAt: %w", err)
+	}
+	if len(r.Headers) > 0 {
+		if err := headercodec.Validate(r.Headers); err != nil {
+			return fmt.Errorf("Headers: %w", err)
+		}
+	}
+	if len(r.OrderingKey) > maxOrderingKey {
+		return fmt.Errorf("OrderingKey is %d bytes; at most %d", len(r.OrderingKey), maxOrderingKey)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    string
+		max  int
+	}{
+		{"MessageUUID", r.MessageUUID, maxMessageUUID},
+		{"Transport", r.Transport, maxTransport},
+		{"Destination", r.Destination, maxDestination},
+		{"MessageType", r.MessageType, maxMessageType},
+		{"TenantID", r.TenantID, maxTenantID},
+	} {
+		if !validUTF8Max(f.v, f.max) {
+			return fmt.Errorf("%s must be valid UTF-8 of at most %d characters", f.name, f.max)
+		}
+	}
+	return nil
+}
+
+// maxAllowedPacket reads the server's max_allowed_packet once (through tx: the pool may
+// have no other connection to spare) and caches it.
+func (s *Store) maxAllowedPacket(ctx context.Context, tx *sql.Tx) (int, error) {
+	if v := s.maxPacket.Load(); v > 0 {
+		return int(v), nil
+	}
+	var v sql.NullInt64
+	if err := tx.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&v); err != nil {
+		return 0, err
+	}
+	n := v.Int64
+	if !v.Valid || n < 64<<10 {
+		n = defaultMaxPacket
+	}
+	s.maxPacket.Store(n)
+	return int(n), nil
+}

@@ -1,0 +1,410 @@
+package mysql_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+	"github.com/relayer-go/watermill-outbox/lanes"
+	"github.com/relayer-go/watermill-outbox/mysql"
+)
+
+var t0 = time.Date(2026, 5, 6, 7, 8, 9, 123456000, time.UTC)
+
+// newStore makes a store with fresh tables over db, dropped when t ends.
+func newStore(t testing.TB, db *sql.DB, lanes int) *mysql.Store {
+	t.Helper()
+	opts := outbox.Options{TablePrefix: testenv.Prefix(t), Lanes: lanes}
+	s, err := mysql.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, table := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+			if _, err := db.Exec("DROP TABLE IF EXISTS " + mysql.QualifiedTable(opts, table)); err != nil {
+				t.Errorf("drop %s: %v", table, err)
+			}
+		}
+	})
+	if err := s.CreateSchema(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var testHeaders = headercodec.Encode(nil, []headercodec.Header{{Name: "k", Value: []byte("v")}})
+
+func record(key string, laneCount int, body []byte) outbox.Record {
+	r := outbox.Record{
+		ID:          outbox.NewID(),
+		MessageUUID: "uuid",
+		Lane:        outbox.Unordered,
+		Destination: "topic",
+		Headers:     testHeaders,
+		Body:        body,
+		CreatedAt:   t0,
+	}
+	if key != "" {
+		r.OrderingKey = key
+		r.Lane = lanes.Of(key, laneCount)
+	}
+	return r
+}
+
+func insert(t testing.TB, ctx context.Context, db *sql.DB, s *mysql.Store, recs []outbox.Record) {
+	t.Helper()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Insert(ctx, tx, recs); err != nil {
+		_ = tx.Rollback()
+		t.Fatalf("Insert(%d rows): %v", len(recs), err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func countRows(t testing.TB, db *sql.DB, s *mysql.Store) int64 {
+	t.Helper()
+	var n int64
+	q := "SELECT COUNT(*) FROM " + mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
+	if err := db.QueryRow(q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestCreateScript(t *testing.T) {
+	script, err := mysql.CreateScript(outbox.Options{Schema: "app`db", TablePrefix: "orders`x_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"CREATE TABLE IF NOT EXISTS `app``db`.`orders``x_outbox` (",
+		"CREATE TABLE IF NOT EXISTS `app``db`.`orders``x_outbox_lanes` (",
+		"CREATE TABLE IF NOT EXISTS `app``db`.`orders``x_outbox_nodes` (",
+		"id               BINARY(16)      NOT NULL",
+		"created_at       DATETIME(6)     NOT NULL",
+		"claim_token      BINARY(16)      NULL",
+		"headers          LONGBLOB        NOT NULL",
+		"KEY ix_status_lane (status, lane, id)",
+		"KEY ix_claim_token (claim_token)",
+		"CHECK (id <> X'00000000000000000000000000000000')",
+		"CHECK (lane >= 0)",
+		"CHECK (LENGTH(headers) >= 8)",
+		"CHECK (attempts >= 0)",
+		"CHECK (status IN ('pending', 'parked'))",
+		"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("script lacks %q", want)
+		}
+	}
+	if n := strings.Count(script, "CREATE TABLE IF NOT EXISTS"); n != 3 {
+		t.Errorf("script has %d CREATE TABLE statements, want 3", n)
+	}
+	if n := strings.Count(script, ";\n"); n != 3 {
+		t.Errorf("script has %d statement terminators, want 3", n)
+	}
+	// Without a schema the names are unqualified.
+	script, err = mysql.CreateScript(outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(script, "CREATE TABLE IF NOT EXISTS `outbox` (") {
+		t.Errorf("default script:\n%s", script)
+	}
+}
+
+func TestPrefixRules(t *testing.T) {
+	ok := []string{
+		strings.Repeat("p", mysql.MaxTablePrefixChars),
+		strings.Repeat("é", mysql.MaxTablePrefixChars), // 104 bytes, 52 characters
+		"a`b_", "\uFFFD_", "with space ",
+	}
+	for _, p := range ok {
+		if _, err := mysql.New(&sql.DB{}, outbox.Options{TablePrefix: p}); err != nil {
+			t.Errorf("prefix %q rejected: %v", p, err)
+		}
+	}
+	bad := []struct{ prefix, schema, contains string }{
+		{strings.Repeat("p", mysql.MaxTablePrefixChars+1), "", "TablePrefix: is 53 characters long; at most 52"},
+		{"a\x00b", "", "TablePrefix"},
+		{"a\U0001F600b", "", "TablePrefix: contains the supplementary character U+1F600"},
+		{"a\xffb", "", "TablePrefix"},
+		{"", strings.Repeat("s", 65), "Schema: is 65 characters long; at most 64"},
+		{"", "s\U00010348", "Schema: contains the supplementary character"},
+		{"", "db ", "Schema: ends with a space"},
+		{"", "d\x00b", "Schema"},
+	}
+	for _, c := range bad {
+		opts := outbox.Options{TablePrefix: c.prefix, Schema: c.schema}
+		_, errNew := mysql.New(&sql.DB{}, opts)
+		_, errScript := mysql.CreateScript(opts)
+		for _, err := range []error{errNew, errScript} {
+			if !errors.Is(err, outbox.ErrInvalidOptions) || !strings.Contains(fmt.Sprint(err), c.contains) {
+				t.Errorf("options %+v: error %v; want ErrInvalidOptions containing %q", opts, err, c.contains)
+			}
+		}
+	}
+}
+
+// A schema (database) other than the DSN's is quoted and used by every statement.
+func TestSchemaQualified(t *testing.T) {
+	db := openDB(t, plainDSN)
+	ctx := t.Context()
+	schema := "outbox`test " + testenv.Prefix(t)[2:8]
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+"`"+strings.ReplaceAll(schema, "`", "``")+"`"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec("DROP DATABASE `" + strings.ReplaceAll(schema, "`", "``") + "`") })
+	s, err := mysql.New(db, outbox.Options{Schema: schema, TablePrefix: "p_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, ctx, db, s, []outbox.Record{record("", 64, []byte("x"))})
+	if n, err := s.Count(ctx, t0); err != nil || n != 1 {
+		t.Fatalf("Count = %d, %v", n, err)
+	}
+}
+
+// One Insert whose rows add up to more than the server's max_allowed_packet (16 MiB on
+// MariaDB here, while the driver assumes 64 MiB) and more placeholders than a prepared
+// statement takes, through both DSN forms.
+func TestInsertChunking(t *testing.T) {
+	for _, v := range []dsnVariant{plainDSN, otherDSN} {
+		t.Run(v.name, func(t *testing.T) {
+			db := openDB(t, v)
+			ctx := t.Context()
+			var maxPacket int64
+			if err := db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
+				t.Fatal(err)
+			}
+			s := newStore(t, db, 8)
+
+			// Big rows: 1.5 x max_allowed_packet in 256 KiB bodies of varied bytes
+			// (quotes, backslashes and NULs that interpolation escapes).
+			body := bytes.Repeat([]byte("ab'\\\x00\"\n\x1a"), 32<<10)
+			var big []outbox.Record
+			for total := 0; total < int(maxPacket*3/2); total += len(body) {
+				big = append(big, record("", 8, body))
+			}
+			insert(t, ctx, db, s, big)
+
+			// Many small rows: over 65,535 placeholders.
+			small := make([]outbox.Record, 12000)
+			for i := range small {
+				small[i] = record(fmt.Sprintf("k%d", i%50), 8, []byte("s"))
+			}
+			insert(t, ctx, db, s, small)
+
+			if n := countRows(t, db, s); n != int64(len(big)+len(small)) {
+				t.Fatalf("%d rows stored, want %d", n, len(big)+len(small))
+			}
+			got, err := s.Read(ctx, outbox.ReadQuery{Lane: outbox.Unordered, Now: t0}, make([]outbox.Record, len(big)))
+			if err != nil || len(got) != len(big) {
+				t.Fatalf("Read = %d rows, %v", len(got), err)
+			}
+			for i := range got {
+				if got[i].ID != big[i].ID || !bytes.Equal(got[i].Body, body) {
+					t.Fatalf("row %d: id %s, %d body bytes (equal: %v)", i, got[i].ID, len(got[i].Body), bytes.Equal(got[i].Body, body))
+				}
+			}
+		})
+	}
+}
+
+// A claimer holding its row locks (transaction open after SELECT ... FOR UPDATE SKIP
+// LOCKED) does not block writers: at READ COMMITTED there are no gap locks.
+func TestClaimDoesNotBlockInserts(t *testing.T) {
+	db := openDB(t, plainDSN)
+	ctx := t.Context()
+	s := newStore(t, db, 4)
+	key := "key"
+	lane := lanes.Of(key, 4)
+	var recs []outbox.Record
+	for i := 0; i < 20; i++ {
+		recs = append(recs, record("", 4, []byte("u")), record(key, 4, []byte("o")))
+	}
+	insert(t, ctx, db, s, recs)
+	lease := outbox.NewToken()
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "t", Token: lease, Now: t0, Until: t0.Add(time.Hour)}); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+
+	// The first case's writer adds a lane row that the second case claims too.
+	for i, c := range []outbox.ClaimParams{
+		{Lane: outbox.Unordered, Limit: 100},
+		{Lane: lane, Limit: 100, Lease: lease},
+	} {
+		t.Run(fmt.Sprintf("lane %d", c.Lane), func(t *testing.T) {
+			locked, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			mysql.SetAfterLock(s, func() {
+				once.Do(func() {
+					close(locked)
+					<-release
+				})
+			})
+			defer mysql.SetAfterLock(s, nil)
+			c.Now, c.Until, c.Token = t0, t0.Add(time.Minute), outbox.NewToken()
+			done := make(chan error, 1)
+			var claimed []outbox.Record
+			go func() {
+				var err error
+				claimed, err = s.Claim(ctx, c, nil)
+				done <- err
+			}()
+			<-locked
+			// Writers add rows behind (and among) the locked ones, in both kinds.
+			ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			tx, err := db.BeginTx(ictx, nil)
+			if err != nil {
+				close(release)
+				t.Fatal(err)
+			}
+			err = s.Insert(ictx, tx, []outbox.Record{record("", 4, []byte("new")), record(key, 4, []byte("new"))})
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				_ = tx.Rollback()
+			}
+			close(release)
+			if err != nil {
+				t.Fatalf("insert while a claim holds its locks: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("Claim: %v", err)
+			}
+			if len(claimed) != 20+i {
+				t.Fatalf("claimed %d rows, want %d", len(claimed), 20+i)
+			}
+		})
+	}
+}
+
+// Deadlocks (1213) and lock wait timeouts (1205) reach the caller as retryable errors.
+func TestErrorTranslation(t *testing.T) {
+	t.Run("deadlock", func(t *testing.T) {
+		db := openDB(t, plainDSN)
+		ctx := t.Context()
+		s := newStore(t, db, 4)
+		recs := make([]outbox.Record, 202)
+		for i := range recs {
+			recs[i] = record("", 4, []byte("d"))
+		}
+		insert(t, ctx, db, s, recs)
+		a, b := recs[0], recs[1]
+		tok := outbox.NewToken()
+		claimed, err := s.Claim(ctx, outbox.ClaimParams{Lane: outbox.Unordered, Limit: 2, Now: t0, Until: t0.Add(time.Hour), Token: tok}, nil)
+		if err != nil || len(claimed) != 2 {
+			t.Fatalf("Claim = %d, %v", len(claimed), err)
+		}
+		table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
+
+		// The other transaction is heavier (it changed 200 rows), so InnoDB picks the
+		// store's DELETE as the deadlock victim.
+		other, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Rollback()
+		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = attempts + 1 WHERE id >= ?", recs[2].ID[:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", b.ID[:]); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			// Locks a, then waits for b.
+			_, err := s.Complete(ctx, outbox.CompleteParams{Token: tok, IDs: []outbox.ID{a.ID, b.ID}, Now: t0, Lane: outbox.Unordered})
+			done <- err
+		}()
+		waitForLockWait(t, db, s.Options().TablePrefix, done)
+		otherErr := make(chan error, 1)
+		go func() {
+			_, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", a.ID[:])
+			otherErr <- err
+		}()
+		err = <-done
+		var me *driver.MySQLError
+		if !errors.As(err, &me) || me.Number != 1213 {
+			t.Fatalf("Complete error = %v; want deadlock 1213", err)
+		}
+		if !outbox.IsRetryable(err) {
+			t.Fatalf("deadlock error %v is not retryable", err)
+		}
+		if err := <-otherErr; err != nil {
+			t.Fatalf("the other transaction: %v", err)
+		}
+	})
+
+	t.Run("lock wait timeout", func(t *testing.T) {
+		db := openDB(t, dsnVariant{"lock-wait-1s", func(c *driver.Config) {
+			if c.Params == nil {
+				c.Params = map[string]string{}
+			}
+			c.Params["innodb_lock_wait_timeout"] = "1"
+		}})
+		ctx := t.Context()
+		s := newStore(t, db, 4)
+		r := record("", 4, []byte("w"))
+		insert(t, ctx, db, s, []outbox.Record{r})
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
+		if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", r.ID[:]); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Park(ctx, r.ID, "blocked", t0)
+		var me *driver.MySQLError
+		if !errors.As(err, &me) || me.Number != 1205 || !outbox.IsRetryable(err) {
+			t.Fatalf("Park under a held lock = %v; want retryable 1205", err)
+		}
+	})
+}
+
+// waitForLockWait waits until a statement on the tables of prefix waits for a row lock.
+func waitForLockWait(t *testing.T, db *sql.DB, prefix string, done <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("the statement that should wait for a lock returned: %v", err)
+		default:
+		}
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND INSTR(trx_query, ?) > 0", prefix).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		// information_schema.innodb_trx is a cache refreshed only when it was not read for
+		// 100 ms: polling faster would read the same stale snapshot forever.
+		time.Sleep(150 * time.Millisecond)
+	}
+	t.Fatal("no transaction started waiting for a lock")
+}

@@ -1,0 +1,96 @@
+package mysql
+
+import "fmt"
+
+// queries is every fixed statement of one outbox, built once from its quoted names.
+// Statements whose shape depends on the call (id lists, optional filters, inserts) are
+// assembled from the fragments here by the methods that run them.
+type queries struct {
+	create []string
+
+	// eligible is the predicate of an eligible row given (now, now).
+	readUnordered, readLane string
+
+	claimUnordered   string // locking head of unordered due rows
+	claimLaneLocked  string // locking head of one lane (all pending rows, in id order)
+	claimLaneVisible string // non-locking ids of the same head, to detect skipped rows
+	parkedKeys       string // earliest parked id per ordering key of one lane
+	leaseShare       string // lease check that holds a shared lock until commit
+	setClaim         string // prefix of the claim UPDATE; the id list follows
+
+	leaseLive string // "AND EXISTS (...)" fence for ordered mutations
+
+	renewUpdate, renewCount string // prefixes; optional id list and lease fence follow
+	complete, release       string // prefixes; id list and fence follow
+
+	count, statsLanes, statsParked, maxLane string
+
+	park string
+
+	listParked, listParkedKey string
+
+	leaseLock, leaseInsert, leaseExtend, leaseTakeover, leaseRenewLock, leaseRenew string
+	leaseRelease, leases                                                           string
+
+	heartbeat, members, leave string
+
+	outbox string // quoted table name, for the statements assembled per call
+}
+
+// eligibleWhere: pending, due, and no live claim. Parameters: now, now.
+const eligibleWhere = `status = 'pending' AND deliver_at <= ? AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`
+
+func newQueries(n names) *queries {
+	q := &queries{create: createStatements(n), outbox: n.outbox}
+	// The hot reads walk ix_status_lane (status, lane, id) in id order; due and claim
+	// tests filter on the way. FORCE INDEX is not needed (see TestExplain).
+	q.readUnordered = fmt.Sprintf(`SELECT %s FROM %s WHERE lane IS NULL AND id > ? AND %s ORDER BY id LIMIT ?`,
+		recordColumns, n.outbox, eligibleWhere)
+	q.readLane = fmt.Sprintf(`SELECT %s FROM %s WHERE lane = ? AND id > ? AND %s ORDER BY id LIMIT ?`,
+		recordColumns, n.outbox, eligibleWhere)
+
+	q.claimUnordered = fmt.Sprintf(`SELECT %s FROM %s WHERE lane IS NULL AND %s ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
+		recordColumns, n.outbox, eligibleWhere)
+	q.claimLaneLocked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
+		recordColumns, n.outbox)
+	q.claimLaneVisible = fmt.Sprintf(`SELECT id FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, n.outbox)
+	q.parkedKeys = fmt.Sprintf(`SELECT ordering_key, MIN(id) FROM %s WHERE status = 'parked' AND lane = ? AND ordering_key IS NOT NULL GROUP BY ordering_key`, n.outbox)
+	q.leaseShare = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ? LOCK IN SHARE MODE`, n.lanes)
+	q.setClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE id IN (`, n.outbox)
+
+	q.leaseLive = fmt.Sprintf(` AND EXISTS (SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ?)`, n.lanes)
+
+	// A live claim of token: claim_expires_at > now. GREATEST never shortens it.
+	q.renewUpdate = fmt.Sprintf(`UPDATE %s SET claim_expires_at = GREATEST(claim_expires_at, ?) WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.renewCount = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.release = fmt.Sprintf(`UPDATE %s SET claim_token = NULL, claim_expires_at = NULL WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.complete = fmt.Sprintf(`DELETE FROM %s WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
+
+	q.count = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE %s`, n.outbox, eligibleWhere)
+	q.statsLanes = fmt.Sprintf(`SELECT lane, COUNT(*), CAST(MIN(deliver_at) AS CHAR) FROM %s WHERE %s GROUP BY lane ORDER BY lane`,
+		n.outbox, eligibleWhere)
+	q.statsParked = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE status = 'parked'`, n.outbox)
+	// Each MAX reads one end of ix_status_lane ("Select tables optimized away").
+	q.maxLane = fmt.Sprintf(`SELECT COALESCE(GREATEST(COALESCE((SELECT MAX(lane) FROM %[1]s WHERE status = 'pending'), -1), `+
+		`COALESCE((SELECT MAX(lane) FROM %[1]s WHERE status = 'parked'), -1)), -1)`, n.outbox)
+
+	q.park = fmt.Sprintf(`UPDATE %s SET status = 'parked', last_error = ?, claim_token = NULL, claim_expires_at = NULL `+
+		`WHERE id = ? AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`, n.outbox)
+
+	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
+	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
+
+	q.leaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE lane = ? FOR UPDATE`, n.lanes)
+	q.leaseInsert = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, ?)`, n.lanes)
+	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, ?) WHERE lane = ?`, n.lanes)
+	q.leaseTakeover = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = ? WHERE lane = ?`, n.lanes)
+	q.leaseRenewLock = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ? FOR UPDATE`, n.lanes)
+	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, ?) WHERE lane = ?`, n.lanes)
+	q.leaseRelease = fmt.Sprintf(`DELETE FROM %s WHERE lane = ? AND token = ?`, n.lanes)
+	q.leases = fmt.Sprintf(`SELECT lane, owner, token, CAST(expires_at AS CHAR) FROM %s ORDER BY lane`, n.lanes)
+
+	q.heartbeat = fmt.Sprintf(`INSERT INTO %s (owner, expires_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE expires_at = ?`, n.nodes)
+	q.members = fmt.Sprintf(`SELECT owner FROM %s WHERE expires_at > ? ORDER BY owner`, n.nodes)
+	q.leave = fmt.Sprintf(`DELETE FROM %s WHERE owner = ?`, n.nodes)
+	return q
+}

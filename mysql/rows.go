@@ -1,0 +1,128 @@
+package mysql
+
+import (
+	"database/sql"
+	"fmt"
+	"sync"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+)
+
+// recordColumns is the select list of a whole row, in the order rowScanner reads it.
+// Instants are cast to text so that the DSN's parseTime and loc cannot change them.
+const recordColumns = `id, message_uuid, lane, ordering_key, transport, destination, message_type, ` +
+	`headers, body, tenant_id, CAST(created_at AS CHAR), CAST(deliver_at AS CHAR), attempts, ` +
+	`last_error, status, claim_token, CAST(claim_expires_at AS CHAR)`
+
+const (
+	colID = iota
+	colMessageUUID
+	colLane
+	colOrderingKey
+	colTransport
+	colDestination
+	colMessageType
+	colHeaders
+	colBody
+	colTenantID
+	colCreatedAt
+	colDeliverAt
+	colAttempts
+	colLastError
+	colStatus
+	colClaimToken
+	colClaimExpiresAt
+	numRecordColumns
+)
+
+// rowScanner scans whole rows into sql.RawBytes (no per-column allocation by the driver
+// or database/sql) and decodes them into reused records.
+type rowScanner struct {
+	raw  [numRecordColumns]sql.RawBytes
+	dest [numRecordColumns]any
+}
+
+var scannerPool = sync.Pool{New: func() any {
+	s := new(rowScanner)
+	for i := range s.raw {
+		s.dest[i] = &s.raw[i]
+	}
+	return s
+}}
+
+func getScanner() *rowScanner  { return scannerPool.Get().(*rowScanner) }
+func putScanner(s *rowScanner) { clear(s.raw[:]); scannerPool.Put(s) }
+
+// next grows dst by one record, reusing the storage of an element past len(dst) when
+// there is one (its Headers and Body buffers are overwritten).
+func next(dst []outbox.Record) ([]outbox.Record, *outbox.Record) {
+	if len(dst) < cap(dst) {
+		dst = dst[:len(dst)+1]
+	} else {
+		dst = append(dst, outbox.Record{})
+	}
+	return dst, &dst[len(dst)-1]
+}
+
+// scan reads the current row of rows into r. A row whose headers do not decode gets
+// r.Corrupt; only a database or conversion failure is an error.
+func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
+	if err := rows.Scan(s.dest[:]...); err != nil {
+		return err
+	}
+	raw := &s.raw
+	if len(raw[colID]) != len(r.ID) {
+		return fmt.Errorf("mysql: id of %d bytes (want %d)", len(raw[colID]), len(r.ID))
+	}
+	copy(r.ID[:], raw[colID])
+	setString(&r.MessageUUID, raw[colMessageUUID])
+	r.Lane = outbox.Unordered
+	if raw[colLane] != nil {
+		lane, err := parseInt(raw[colLane])
+		if err != nil {
+			return fmt.Errorf("mysql: row %s: lane: %w", r.ID, err)
+		}
+		r.Lane = int(lane)
+	}
+	setString(&r.OrderingKey, raw[colOrderingKey])
+	setString(&r.Transport, raw[colTransport])
+	setString(&r.Destination, raw[colDestination])
+	setString(&r.MessageType, raw[colMessageType])
+	r.Headers = append(r.Headers[:0], raw[colHeaders]...)
+	r.Body = append(r.Body[:0], raw[colBody]...)
+	setString(&r.TenantID, raw[colTenantID])
+	var err error
+	if r.CreatedAt, err = parseTime(raw[colCreatedAt]); err != nil {
+		return err
+	}
+	if r.DeliverAt, err = parseTime(raw[colDeliverAt]); err != nil {
+		return err
+	}
+	attempts, err := parseInt(raw[colAttempts])
+	if err != nil {
+		return fmt.Errorf("mysql: row %s: attempts: %w", r.ID, err)
+	}
+	r.Attempts = int(attempts)
+	setString(&r.LastError, raw[colLastError])
+	switch string(raw[colStatus]) {
+	case string(outbox.StatusPending):
+		r.Status = outbox.StatusPending
+	case string(outbox.StatusParked):
+		r.Status = outbox.StatusParked
+	default:
+		r.Status = outbox.Status(raw[colStatus])
+	}
+	r.ClaimToken = outbox.Token{}
+	if len(raw[colClaimToken]) == len(r.ClaimToken) {
+		copy(r.ClaimToken[:], raw[colClaimToken])
+	}
+	if r.ClaimExpiresAt, err = parseNullTime(raw[colClaimExpiresAt]); err != nil {
+		return err
+	}
+	r.Corrupt = nil
+	if err := headercodec.Validate(r.Headers); err != nil {
+		r.Corrupt = &outbox.CorruptRowError{ID: r.ID, Column: "headers", Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package mysql
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+const (
+	// MaxIdentifierChars is MySQL's identifier limit (characters, not bytes).
+	MaxIdentifierChars = 64
+	// MaxTablePrefixChars is the longest table prefix: the longest table name adds 12
+	// characters ("outbox_lanes"), and MySQL 8 names unnamed CHECK constraints
+	// "<table>_chk_<n>", which must fit in 64 characters too.
+	MaxTablePrefixChars = 52
+)
+
+// Column limits (characters for VARCHAR, bytes for VARBINARY). Insert checks them so a
+// record that does not fit fails with outbox.ErrInvalidRecord, never truncated.
+const (
+	maxMessageUUID = 255
+	maxOrderingKey = 1024 // bytes: VARBINARY compares exactly (no PAD SPACE collation)
+	maxTransport   = 255
+	maxDestination = 1024
+	maxMessageType = 255
+	maxTenantID    = 255
+	maxOwner       = 255
+	maxLastError   = 65535 // bytes (TEXT)
+)
+
+// quoteIdent is the one place identifiers are quoted: backticks, embedded backticks
+// doubled. Validation has already rejected NUL, invalid UTF-8 and non-BMP characters.
+func quoteIdent(s string) string {
+	return "`" + strings.ReplaceAll(s, "`", "``") + "`"
+}
+
+// QualifiedTable returns the quoted, database-qualified name of table (an unquoted name
+// such as opts.OutboxTable()) for raw SQL against the outbox's database.
+func QualifiedTable(opts outbox.Options, table string) string {
+	if opts.Schema == "" {
+		return quoteIdent(table)
+	}
+	return quoteIdent(opts.Schema) + "." + quoteIdent(table)
+}
+
+// validateOptions applies defaults, the dialect-independent rules and MySQL's identifier
+// rules. Errors wrap outbox.ErrInvalidOptions and name the field.
+func validateOptions(opts outbox.Options) (outbox.Options, error) {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return opts, err
+	}
+	if err := checkIdentifier("Schema", opts.Schema, MaxIdentifierChars); err != nil {
+		return opts, err
+	}
+	if strings.HasSuffix(opts.Schema, " ") {
+		return opts, outbox.InvalidOption("Schema", "ends with a space, which MySQL does not allow in a database name")
+	}
+	return opts, checkIdentifier("TablePrefix", opts.TablePrefix, MaxTablePrefixChars)
+}
+
+// checkIdentifier enforces what MySQL accepts in a quoted identifier: BMP characters
+// only (U+0001..U+FFFF) and at most max characters.
+func checkIdentifier(field, s string, max int) error {
+	n := 0
+	for _, r := range s {
+		n++
+		if r > 0xFFFF {
+			return outbox.InvalidOption(field, "contains the supplementary character %U; MySQL identifiers allow only BMP characters (U+0001..U+FFFF)", r)
+		}
+	}
+	if n > max {
+		return outbox.InvalidOption(field, "is %d characters long; at most %d characters are allowed", n, max)
+	}
+	return nil
+}
+
+// names holds the quoted identifiers of one outbox.
+type names struct {
+	outbox, lanes, nodes string // quoted and qualified
+}
+
+func newNames(opts outbox.Options) names {
+	return names{
+		outbox: QualifiedTable(opts, opts.OutboxTable()),
+		lanes:  QualifiedTable(opts, opts.LanesTable()),
+		nodes:  QualifiedTable(opts, opts.NodesTable()),
+	}
+}
+
+// zero16 is the zero id / token as a binary literal.
+const zero16 = "X'00000000000000000000000000000000'"
+
+// CreateScript returns idempotent DDL for the outbox of opts: the rows table, the
+// lane-lease table and the heartbeat table, with their indexes and CHECK constraints.
+// Statements end with ";" and a newline; it never creates a database and never alters an
+// existing table. Invalid options give an error wrapping outbox.ErrInvalidOptions.
+func CreateScript(opts outbox.Options) (string, error) {
+	opts, err := validateOptions(opts)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(createStatements(newNames(opts)), ";\n") + ";\n", nil
+}
+
+// createStatements is the DDL, one statement per element (CreateSchema runs them one by
+// one, so the DSN needs no multiStatements).
+func createStatements(n names) []string {
+	// Indexes, both ending in id (InnoDB appends the primary key anyway):
+	//  - ix_status_lane (status, lane, id) serves the head of one lane (status='pending'
+	//    AND lane=? ORDER BY id) and the unordered due read (status='pending' AND lane IS
+	//    NULL ORDER BY id, due and claim tests filtered on the way), parked listings
+	//    (status='parked'), and MAX(lane) per status. MySQL has no partial indexes, so
+	//    status leads: the few parked rows never sit among the pending ones.
+	//  - ix_claim_token serves Renew by token without ids.
+	outboxTable := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+    id               BINARY(16)      NOT NULL,
+    message_uuid     VARCHAR(%[3]d)    NOT NULL DEFAULT '',
+    lane             INT             NULL,
+    ordering_key     VARBINARY(%[4]d) NULL,
+    transport        VARCHAR(%[5]d)    NOT NULL DEFAULT '',
+    destination      VARCHAR(%[6]d)   NOT NULL,
+    message_type     VARCHAR(%[7]d)    NULL,
+    headers          LONGBLOB        NOT NULL,
+    body             LONGBLOB        NOT NULL,
+    tenant_id        VARCHAR(%[8]d)    NULL,
+    created_at       DATETIME(6)     NOT NULL,
+    deliver_at       DATETIME(6)     NOT NULL,
+    attempts         INT             NOT NULL DEFAULT 0,
+    last_error       TEXT            NULL,
+    status           VARCHAR(16)     NOT NULL DEFAULT 'pending',
+    claim_token      BINARY(16)      NULL,
+    claim_expires_at DATETIME(6)     NULL,
+    PRIMARY KEY (id),
+    KEY ix_status_lane (status, lane, id),
+    KEY ix_claim_token (claim_token),
+    CHECK (id <> %[2]s),
+    CHECK (lane >= 0),
+    CHECK (LENGTH(headers) >= 8),
+    CHECK (attempts >= 0),
+    CHECK (status IN ('pending', 'parked')),
+    CHECK ((claim_token IS NULL AND claim_expires_at IS NULL)
+        OR (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL AND claim_token <> %[2]s))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		n.outbox, zero16, maxMessageUUID, maxOrderingKey, maxTransport, maxDestination, maxMessageType, maxTenantID)
+
+	lanesTable := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+    lane       INT          NOT NULL,
+    owner      VARCHAR(%[3]d) NOT NULL DEFAULT '',
+    token      BINARY(16)   NOT NULL,
+    expires_at DATETIME(6)  NOT NULL,
+    PRIMARY KEY (lane),
+    CHECK (lane >= 0),
+    CHECK (token <> %[2]s)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, n.lanes, zero16, maxOwner)
+
+	nodesTable := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+    owner      VARCHAR(%[2]d) NOT NULL,
+    expires_at DATETIME(6)  NOT NULL,
+    PRIMARY KEY (owner)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, n.nodes, maxOwner)
+
+	return []string{outboxTable, lanesTable, nodesTable}
+}
+
+// validUTF8Max reports whether s is valid UTF-8 of at most max characters.
+func validUTF8Max(s string, max int) bool {
+	if len(s) <= max {
+		return utf8.ValidString(s)
+	}
+	return utf8.ValidString(s) && utf8.RuneCountInString(s) <= max
+}

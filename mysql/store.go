@@ -1,0 +1,867 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// ClaimRetries is how many times Claim retries a deadlock or lock wait timeout before
+// returning it as an *outbox.RetryableError. SKIP LOCKED claims racing deletes at READ
+// COMMITTED still deadlock now and then on InnoDB; a retry almost always succeeds.
+const ClaimRetries = 3
+
+// Store is the MySQL / MariaDB outbox.Store. It is safe for concurrent use.
+type Store struct {
+	db   *sql.DB
+	opts outbox.Options
+	q    *queries
+
+	// maxPacket caches the server's max_allowed_packet (0 until first read).
+	maxPacket atomic.Int64
+
+	// afterLock, when set (tests only), runs inside a claim transaction after the rows
+	// are locked, so a test can hold the locks open.
+	afterLock func()
+}
+
+var _ outbox.Store = (*Store)(nil)
+
+// New returns a store over db (opened with github.com/go-sql-driver/mysql) for the tables
+// opts names. Options are validated here: an invalid prefix or schema is an error
+// wrapping outbox.ErrInvalidOptions that names the field. New does no I/O.
+func New(db *sql.DB, opts outbox.Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("mysql: New: db is nil")
+	}
+	opts, err := validateOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, opts: opts, q: newQueries(newNames(opts))}, nil
+}
+
+// Options returns the validated options with defaults.
+func (s *Store) Options() outbox.Options { return s.opts }
+
+// CreateSchema runs CreateScript's statements one by one (the DSN needs no
+// multiStatements). It is idempotent.
+func (s *Store) CreateSchema(ctx context.Context) error {
+	for _, stmt := range s.q.create {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return wrapErr("create schema", err)
+		}
+	}
+	return nil
+}
+
+// inTx runs fn in a short READ COMMITTED transaction on a pooled connection. READ
+// COMMITTED takes no gap locks, so locking reads never block the writers' inserts.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func (s *Store) checkLane(lane int) error {
+	if lane < outbox.Unordered || lane >= s.opts.Lanes {
+		return fmt.Errorf("lane %d outside [%d, %d)", lane, outbox.Unordered, s.opts.Lanes)
+	}
+	return nil
+}
+
+// Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
+func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Record) ([]outbox.Record, error) {
+	limit := len(dst)
+	out := dst[:0]
+	if err := s.checkLane(q.Lane); err != nil {
+		return out, fmt.Errorf("mysql: read: %w", err)
+	}
+	now, err := timeArg(q.Now)
+	if err != nil {
+		return out, fmt.Errorf("mysql: read: Now: %w", err)
+	}
+	var rows *sql.Rows
+	if q.Lane == outbox.Unordered {
+		rows, err = s.db.QueryContext(ctx, s.q.readUnordered, q.After[:], now, now, int64(limit))
+	} else {
+		rows, err = s.db.QueryContext(ctx, s.q.readLane, int64(q.Lane), q.After[:], now, now, int64(limit))
+	}
+	if err != nil {
+		return out, wrapErr("read", err)
+	}
+	out, err = scanRecords(rows, out, limit)
+	return out, wrapErr("read", err)
+}
+
+// scanRecords appends up to limit rows to dst and closes rows.
+func scanRecords(rows *sql.Rows, dst []outbox.Record, limit int) ([]outbox.Record, error) {
+	defer rows.Close()
+	sc := getScanner()
+	defer putScanner(sc)
+	for len(dst) < limit && rows.Next() {
+		var r *outbox.Record
+		dst, r = next(dst)
+		if err := sc.scan(rows, r); err != nil {
+			return dst[:len(dst)-1], err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return dst, err
+	}
+	return dst, rows.Close()
+}
+
+// Claim takes up to c.Limit eligible rows for c.Token (see outbox.Store).
+func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
+	out := dst[:0]
+	if err := s.checkLane(c.Lane); err != nil {
+		return out, fmt.Errorf("mysql: claim: %w", err)
+	}
+	if c.Token.IsZero() {
+		return out, errors.New("mysql: claim: Token is zero")
+	}
+	if !c.Until.After(c.Now) {
+		return out, errors.New("mysql: claim: Until must be after Now")
+	}
+	now, err := timeArg(c.Now)
+	if err != nil {
+		return out, fmt.Errorf("mysql: claim: Now: %w", err)
+	}
+	until, err := timeArg(c.Until)
+	if err != nil {
+		return out, fmt.Errorf("mysql: claim: Until: %w", err)
+	}
+	if c.Limit <= 0 {
+		return out, ctx.Err()
+	}
+	for attempt := 0; ; attempt++ {
+		if c.Lane == outbox.Unordered {
+			out, err = s.claimUnordered(ctx, c, now, until, dst[:0])
+		} else {
+			out, err = s.claimLane(ctx, c, now, until, dst[:0])
+		}
+		if err == nil {
+			return out, nil
+		}
+		if attempt+1 >= ClaimRetries || !outbox.IsRetryable(translate(err)) || ctx.Err() != nil {
+			return dst[:0], wrapErr("claim", err)
+		}
+		// A deadlock victim's transaction is rolled back: nothing was claimed. Back off a
+		// little so that the winner finishes.
+		select {
+		case <-ctx.Done():
+			return dst[:0], wrapErr("claim", ctx.Err())
+		case <-time.After(time.Duration(attempt+1) * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) claimUnordered(ctx context.Context, c outbox.ClaimParams, now, until string, out []outbox.Record) ([]outbox.Record, error) {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q.claimUnordered, now, now, int64(c.Limit))
+		if err != nil {
+			return err
+		}
+		if out, err = scanRecords(rows, out, c.Limit); err != nil {
+			return err
+		}
+		if s.afterLock != nil {
+			s.afterLock()
+		}
+		return s.setClaim(ctx, tx, c, until, out)
+	})
+	return out, err
+}
+
+// setClaim writes the claim of the locked rows in out and stamps them.
+func (s *Store) setClaim(ctx context.Context, tx *sql.Tx, c outbox.ClaimParams, until string, out []outbox.Record) error {
+	if len(out) == 0 {
+		return nil
+	}
+	b := make([]byte, 0, len(s.q.setClaim)+len(out)*36+1)
+	b = append(b, s.q.setClaim...)
+	for i := range out {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendHex(b, out[i].ID[:])
+	}
+	b = append(b, ')')
+	if _, err := tx.ExecContext(ctx, string(b), c.Token[:], until); err != nil {
+		return err
+	}
+	exp := c.Until.UTC().Truncate(time.Microsecond)
+	for i := range out {
+		out[i].ClaimToken = c.Token
+		out[i].ClaimExpiresAt = exp
+	}
+	return nil
+}
+
+// claimLane claims the head of one lane. In one READ COMMITTED transaction it checks the
+// lease (holding a shared lock on its row so that no takeover commits meanwhile), locks
+// the head rows with SKIP LOCKED, and compares them with a non-locking read of the same
+// head: a committed row that SKIP LOCKED passed over (someone else holds it) ends the run
+// there, so rows are never taken out of order.
+func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until string, out []outbox.Record) ([]outbox.Record, error) {
+	if c.Lease.IsZero() {
+		return out, nil
+	}
+	nowT := c.Now.UTC().Truncate(time.Microsecond)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, s.q.leaseShare, int64(c.Lane), c.Lease[:], now).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // not our live lease: fencing says nothing to claim
+		}
+		if err != nil {
+			return err
+		}
+		var parked map[string]outbox.ID
+		if c.HoldParkedKeys {
+			if parked, err = s.parkedKeys(ctx, tx, c.Lane); err != nil {
+				return err
+			}
+		}
+		// Pages of the head; more than one only when parked keys hold rows.
+		page := max(c.Limit, 16)
+		var after outbox.ID
+		var locked []outbox.Record
+		ids := make([]outbox.ID, 0, page)
+		for len(out) < c.Limit {
+			rows, err := tx.QueryContext(ctx, s.q.claimLaneLocked, int64(c.Lane), after[:], int64(page))
+			if err != nil {
+				return err
+			}
+			if locked, err = scanRecords(rows, locked[:0], page); err != nil {
+				return err
+			}
+			if len(locked) == 0 {
+				break
+			}
+			if ids, err = s.visibleHead(ctx, tx, c.Lane, after, page, ids[:0]); err != nil {
+				return err
+			}
+			stop := false
+			for i := range locked {
+				r := &locked[i]
+				if i >= len(ids) || ids[i] != r.ID {
+					stop = true // a row before r is held by someone else
+					break
+				}
+				if held, ok := parked[r.OrderingKey]; ok && r.OrderingKey != "" && held.Compare(r.ID) < 0 {
+					continue // its key is parked: neither claimed nor holding the lane
+				}
+				if r.DeliverAt.After(nowT) || r.ClaimExpiresAt.After(nowT) {
+					stop = true // not due, or claimed by someone else: holds the lane
+					break
+				}
+				var dstRec *outbox.Record
+				out, dstRec = next(out)
+				copyRecord(dstRec, r)
+				if len(out) == c.Limit {
+					break
+				}
+			}
+			if stop || len(locked) < page {
+				break
+			}
+			after = locked[len(locked)-1].ID
+		}
+		if s.afterLock != nil {
+			s.afterLock()
+		}
+		return s.setClaim(ctx, tx, c, until, out)
+	})
+	return out, err
+}
+
+// visibleHead reads the ids of the lane head without locking (the committed state).
+func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after outbox.ID, limit int, ids []outbox.ID) ([]outbox.ID, error) {
+	rows, err := tx.QueryContext(ctx, s.q.claimLaneVisible, int64(lane), after[:], int64(limit))
+	if err != nil {
+		return ids, err
+	}
+	defer rows.Close()
+	var raw sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&raw); err != nil {
+			return ids, err
+		}
+		var id outbox.ID
+		copy(id[:], raw)
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// parkedKeys returns, per ordering key of lane, its smallest parked id.
+func (s *Store) parkedKeys(ctx context.Context, tx *sql.Tx, lane int) (map[string]outbox.ID, error) {
+	rows, err := tx.QueryContext(ctx, s.q.parkedKeys, int64(lane))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := make(map[string]outbox.ID)
+	var key, raw sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&key, &raw); err != nil {
+			return nil, err
+		}
+		var id outbox.ID
+		copy(id[:], raw)
+		m[string(key)] = id
+	}
+	return m, rows.Err()
+}
+
+// copyRecord copies src into dst reusing dst's buffers.
+func copyRecord(dst, src *outbox.Record) {
+	headers, body := dst.Headers, dst.Body
+	*dst = *src
+	dst.Headers = append(headers[:0], src.Headers...)
+	dst.Body = append(body[:0], src.Body...)
+}
+
+// fence appends the lease check of ordered mutations and its arguments.
+func (s *Store) fence(b []byte, args []any, lane int, lease outbox.Token, now string) ([]byte, []any) {
+	if lane == outbox.Unordered {
+		return b, args
+	}
+	return append(b, s.q.leaseLive...), append(args, int64(lane), lease[:], now)
+}
+
+func (s *Store) checkOrdered(lane int) error { return s.checkLane(lane) }
+
+// unfenced reports an ordered operation without a lease: it changes nothing (the zero
+// token is never a live lease).
+func unfenced(lane int, lease outbox.Token) bool {
+	return lane != outbox.Unordered && lease.IsZero()
+}
+
+// Renew extends the live claims of r.Token to r.Until (never shortening them) and
+// returns how many live claims it found. The UPDATE's affected-rows count misses rows
+// whose expiry did not change (unless the DSN sets clientFoundRows), so the matched rows
+// are counted in the same transaction, after the UPDATE has locked them.
+func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
+	if err := s.checkOrdered(r.Lane); err != nil {
+		return 0, fmt.Errorf("mysql: renew: %w", err)
+	}
+	now, err := timeArg(r.Now)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: renew: Now: %w", err)
+	}
+	until, err := timeArg(r.Until)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: renew: Until: %w", err)
+	}
+	if r.Token.IsZero() || (r.IDs != nil && len(r.IDs) == 0) || unfenced(r.Lane, r.Lease) {
+		return 0, ctx.Err()
+	}
+	var idFilter []byte
+	if len(r.IDs) > 0 {
+		idFilter = append(idFilter, " AND id IN ("...)
+		idFilter = appendIDList(idFilter, r.IDs)
+		idFilter = append(idFilter, ')')
+	}
+	update := s.q.renewUpdate + string(idFilter)
+	count := s.q.renewCount + string(idFilter)
+	var found int64
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if r.Lane != outbox.Unordered {
+			var one int
+			err := tx.QueryRowContext(ctx, s.q.leaseShare, int64(r.Lane), r.Lease[:], now).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, update, until, r.Token[:], now); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, count, r.Token[:], now).Scan(&found)
+	})
+	if err != nil {
+		return 0, wrapErr("renew", err)
+	}
+	return int(found), nil
+}
+
+// Complete deletes the rows among c.IDs whose live claim is c.Token.
+func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
+	if err := s.checkOrdered(c.Lane); err != nil {
+		return 0, fmt.Errorf("mysql: complete: %w", err)
+	}
+	now, err := timeArg(c.Now)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: complete: Now: %w", err)
+	}
+	if len(c.IDs) == 0 || c.Token.IsZero() || unfenced(c.Lane, c.Lease) {
+		return 0, ctx.Err()
+	}
+	b := make([]byte, 0, len(s.q.complete)+len(s.q.leaseLive)+len(c.IDs)*36+16)
+	b = append(b, s.q.complete...)
+	b = append(b, " AND id IN ("...)
+	b = appendIDList(b, c.IDs)
+	b = append(b, ')')
+	args := []any{c.Token[:], now}
+	b, args = s.fence(b, args, c.Lane, c.Lease, now)
+	res, err := s.db.ExecContext(ctx, string(b), args...)
+	if err != nil {
+		return 0, wrapErr("complete", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), wrapErr("complete", err)
+}
+
+// Release gives back the live claims of r.Token (all, or only r.IDs) without counting an
+// attempt. The token always changes to NULL, so affected rows is exact.
+func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error) {
+	if err := s.checkOrdered(r.Lane); err != nil {
+		return 0, fmt.Errorf("mysql: release: %w", err)
+	}
+	now, err := timeArg(r.Now)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: release: Now: %w", err)
+	}
+	if r.Token.IsZero() || (r.IDs != nil && len(r.IDs) == 0) || unfenced(r.Lane, r.Lease) {
+		return 0, ctx.Err()
+	}
+	b := make([]byte, 0, len(s.q.release)+len(s.q.leaseLive)+len(r.IDs)*36+16)
+	b = append(b, s.q.release...)
+	if len(r.IDs) > 0 {
+		b = append(b, " AND id IN ("...)
+		b = appendIDList(b, r.IDs)
+		b = append(b, ')')
+	}
+	args := []any{r.Token[:], now}
+	b, args = s.fence(b, args, r.Lane, r.Lease, now)
+	res, err := s.db.ExecContext(ctx, string(b), args...)
+	if err != nil {
+		return 0, wrapErr("release", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), wrapErr("release", err)
+}
+
+// Fail records a failed attempt of f.ID under its live claim, in one statement.
+func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
+	if err := s.checkOrdered(f.Lane); err != nil {
+		return false, fmt.Errorf("mysql: fail: %w", err)
+	}
+	now, err := timeArg(f.Now)
+	if err != nil {
+		return false, fmt.Errorf("mysql: fail: Now: %w", err)
+	}
+	if f.Token.IsZero() || unfenced(f.Lane, f.Lease) {
+		return false, ctx.Err()
+	}
+	var b strings.Builder
+	b.WriteString("UPDATE ")
+	b.WriteString(s.q.outbox)
+	b.WriteString(" SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL")
+	args := make([]any, 0, 8)
+	args = append(args, errorText(f.Error))
+	if f.RetryAt.After(f.Now) {
+		retry, err := timeArg(f.RetryAt)
+		if err != nil {
+			return false, fmt.Errorf("mysql: fail: RetryAt: %w", err)
+		}
+		b.WriteString(", deliver_at = ?")
+		args = append(args, retry)
+	}
+	if f.Park {
+		b.WriteString(", status = 'parked'")
+	}
+	b.WriteString(" WHERE id = ? AND claim_token = ? AND claim_expires_at > ?")
+	args = append(args, f.ID[:], f.Token[:], now)
+	q, args := s.fence([]byte(b.String()), args, f.Lane, f.Lease, now)
+	// attempts always changes, so affected rows is exact whatever clientFoundRows says.
+	res, err := s.db.ExecContext(ctx, string(q), args...)
+	if err != nil {
+		return false, wrapErr("fail", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, wrapErr("fail", err)
+}
+
+// errorText makes an error message storable in the TEXT column: valid UTF-8, at most
+// 64 KiB (cut on a character boundary).
+func errorText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > maxLastError {
+		cut := maxLastError
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}
+
+// Park moves one pending row without a live claim to parked, storing reason.
+func (s *Store) Park(ctx context.Context, id outbox.ID, reason string, now time.Time) (bool, error) {
+	nowArg, err := timeArg(now)
+	if err != nil {
+		return false, fmt.Errorf("mysql: park: now: %w", err)
+	}
+	// status changes from pending, so affected rows is exact.
+	res, err := s.db.ExecContext(ctx, s.q.park, errorText(reason), id[:], nowArg)
+	if err != nil {
+		return false, wrapErr("park", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, wrapErr("park", err)
+}
+
+// Count returns the number of eligible rows across all lanes.
+func (s *Store) Count(ctx context.Context, now time.Time) (int64, error) {
+	nowArg, err := timeArg(now)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: count: now: %w", err)
+	}
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.count, nowArg, nowArg).Scan(&n); err != nil {
+		return 0, wrapErr("count", err)
+	}
+	return n, nil
+}
+
+// Stats returns the eligible backlog per lane and the parked count.
+func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) {
+	var st outbox.Stats
+	nowArg, err := timeArg(now)
+	if err != nil {
+		return st, fmt.Errorf("mysql: stats: now: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.statsLanes, nowArg, nowArg)
+	if err != nil {
+		return st, wrapErr("stats", err)
+	}
+	defer rows.Close()
+	var lane, oldest sql.RawBytes
+	for rows.Next() {
+		var ls outbox.LaneStats
+		if err := rows.Scan(&lane, &ls.Eligible, &oldest); err != nil {
+			return outbox.Stats{}, wrapErr("stats", err)
+		}
+		ls.Lane = outbox.Unordered
+		if lane != nil {
+			v, err := parseInt(lane)
+			if err != nil {
+				return outbox.Stats{}, wrapErr("stats", err)
+			}
+			ls.Lane = int(v)
+		}
+		if ls.OldestEligible, err = parseNullTime(oldest); err != nil {
+			return outbox.Stats{}, wrapErr("stats", err)
+		}
+		st.Lanes = append(st.Lanes, ls)
+	}
+	if err := rows.Err(); err != nil {
+		return outbox.Stats{}, wrapErr("stats", err)
+	}
+	if err := s.db.QueryRowContext(ctx, s.q.statsParked).Scan(&st.Parked); err != nil {
+		return outbox.Stats{}, wrapErr("stats", err)
+	}
+	return st, nil
+}
+
+// MaxLane returns the greatest lane in the table, or outbox.Unordered.
+func (s *Store) MaxLane(ctx context.Context) (int, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&n); err != nil {
+		return 0, wrapErr("max lane", err)
+	}
+	if n < 0 {
+		return outbox.Unordered, nil
+	}
+	return int(n), nil
+}
+
+// ListParked returns up to q.Limit parked rows after q.After in id order.
+func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
+	if q.Limit <= 0 {
+		return nil, ctx.Err()
+	}
+	var rows *sql.Rows
+	var err error
+	if q.OrderingKey == nil {
+		rows, err = s.db.QueryContext(ctx, s.q.listParked, q.After[:], int64(q.Limit))
+	} else {
+		rows, err = s.db.QueryContext(ctx, s.q.listParkedKey, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
+	}
+	if err != nil {
+		return nil, wrapErr("list parked", err)
+	}
+	out, err := scanRecords(rows, make([]outbox.Record, 0, min(q.Limit, 256)), q.Limit)
+	if err != nil {
+		return nil, wrapErr("list parked", err)
+	}
+	return out, nil
+}
+
+// keyArg binds an ordering key for the VARBINARY column (a []byte compares bytewise
+// with no character set conversion).
+func keyArg(k string) []byte { return []byte(k) }
+
+// parkedWhere builds the filter of Requeue and Purge.
+func parkedWhere(b []byte, f outbox.ParkedFilter) ([]byte, []any, error) {
+	n := 0
+	if len(f.IDs) > 0 {
+		n++
+	}
+	if f.OrderingKey != nil {
+		n++
+	}
+	if f.All {
+		n++
+	}
+	if n != 1 {
+		return nil, nil, errors.New("exactly one of IDs, OrderingKey and All must be set")
+	}
+	b = append(b, " WHERE status = 'parked'"...)
+	switch {
+	case len(f.IDs) > 0:
+		b = append(b, " AND id IN ("...)
+		b = appendIDList(b, f.IDs)
+		b = append(b, ')')
+		return b, nil, nil
+	case f.OrderingKey != nil:
+		if *f.OrderingKey == "" {
+			return append(b, " AND ordering_key IS NULL"...), nil, nil
+		}
+		return append(b, " AND ordering_key = ?"...), []any{keyArg(*f.OrderingKey)}, nil
+	default:
+		return b, nil, nil
+	}
+}
+
+// Requeue moves the selected parked rows back to pending, due at now, attempts 0.
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
+	nowArg, err := timeArg(now)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: requeue: now: %w", err)
+	}
+	b := []byte("UPDATE " + s.q.outbox + " SET status = 'pending', deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL")
+	b, args, err := parkedWhere(b, f)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: requeue: %w", err)
+	}
+	args = append([]any{nowArg}, args...)
+	res, err := s.db.ExecContext(ctx, string(b), args...)
+	if err != nil {
+		return 0, wrapErr("requeue", err)
+	}
+	n, err := res.RowsAffected() // status changes: exact
+	return int(n), wrapErr("requeue", err)
+}
+
+// Purge deletes the selected parked rows.
+func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
+	b, args, err := parkedWhere([]byte("DELETE FROM "+s.q.outbox), f)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: purge: %w", err)
+	}
+	res, err := s.db.ExecContext(ctx, string(b), args...)
+	if err != nil {
+		return 0, wrapErr("purge", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), wrapErr("purge", err)
+}
+
+func (s *Store) checkLease(l outbox.LeaseParams) error {
+	if l.Lane < 0 || l.Lane >= s.opts.Lanes {
+		return fmt.Errorf("lane %d outside [0, %d)", l.Lane, s.opts.Lanes)
+	}
+	if l.Token.IsZero() {
+		return errors.New("Token is zero")
+	}
+	if !validUTF8Max(l.Owner, maxOwner) {
+		return fmt.Errorf("Owner must be valid UTF-8 of at most %d characters", maxOwner)
+	}
+	return nil
+}
+
+// AcquireLease takes l.Lane for l.Token when it is free or expired, or extends it when
+// l.Token already holds it. The lane row is locked in a short transaction, so the
+// decision does not depend on affected-rows semantics.
+func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
+	if err := s.checkLease(l); err != nil {
+		return false, fmt.Errorf("mysql: acquire lease: %w", err)
+	}
+	now, err := timeArg(l.Now)
+	if err != nil {
+		return false, fmt.Errorf("mysql: acquire lease: Now: %w", err)
+	}
+	until, err := timeArg(l.Until)
+	if err != nil {
+		return false, fmt.Errorf("mysql: acquire lease: Until: %w", err)
+	}
+	held := false
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var same, live bool
+		err := tx.QueryRowContext(ctx, s.q.leaseLock, l.Token[:], now, int64(l.Lane)).Scan(&same, &live)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			_, err = tx.ExecContext(ctx, s.q.leaseInsert, int64(l.Lane), l.Owner, l.Token[:], until)
+			if isDupEntry(err) {
+				return nil // another forwarder inserted it first (no gap locks at READ COMMITTED)
+			}
+			held = err == nil
+			return err
+		case err != nil:
+			return err
+		case live && same:
+			_, err = tx.ExecContext(ctx, s.q.leaseExtend, l.Owner, until, int64(l.Lane))
+		case live:
+			return nil
+		default:
+			_, err = tx.ExecContext(ctx, s.q.leaseTakeover, l.Owner, l.Token[:], until, int64(l.Lane))
+		}
+		held = err == nil
+		return err
+	})
+	if err != nil {
+		return false, wrapErr("acquire lease", err)
+	}
+	return held, nil
+}
+
+// RenewLease extends the live lease of l.Token (never shortening it).
+func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
+	if err := s.checkLease(l); err != nil {
+		return false, fmt.Errorf("mysql: renew lease: %w", err)
+	}
+	now, err := timeArg(l.Now)
+	if err != nil {
+		return false, fmt.Errorf("mysql: renew lease: Now: %w", err)
+	}
+	until, err := timeArg(l.Until)
+	if err != nil {
+		return false, fmt.Errorf("mysql: renew lease: Until: %w", err)
+	}
+	held := false
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, s.q.leaseRenewLock, int64(l.Lane), l.Token[:], now).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.q.leaseRenew, until, int64(l.Lane))
+		held = err == nil
+		return err
+	})
+	if err != nil {
+		return false, wrapErr("renew lease", err)
+	}
+	return held, nil
+}
+
+// ReleaseLease deletes the lease of lane held with token, live or not.
+func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.q.leaseRelease, int64(lane), token[:])
+	if err != nil {
+		return false, wrapErr("release lease", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, wrapErr("release lease", err)
+}
+
+// Leases lists every lease row, ordered by lane.
+func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.leases)
+	if err != nil {
+		return nil, wrapErr("leases", err)
+	}
+	defer rows.Close()
+	var out []outbox.Lease
+	var token, exp sql.RawBytes
+	for rows.Next() {
+		var l outbox.Lease
+		var lane int64
+		if err := rows.Scan(&lane, &l.Owner, &token, &exp); err != nil {
+			return nil, wrapErr("leases", err)
+		}
+		l.Lane = int(lane)
+		copy(l.Token[:], token)
+		if l.ExpiresAt, err = parseTime(exp); err != nil {
+			return nil, wrapErr("leases", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("leases", err)
+	}
+	return out, nil
+}
+
+// Heartbeat records that owner is alive until until.
+func (s *Store) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+	if !validUTF8Max(owner, maxOwner) {
+		return fmt.Errorf("mysql: heartbeat: owner must be valid UTF-8 of at most %d characters", maxOwner)
+	}
+	u, err := timeArg(until)
+	if err != nil {
+		return fmt.Errorf("mysql: heartbeat: until: %w", err)
+	}
+	_, err = s.db.ExecContext(ctx, s.q.heartbeat, owner, u, u)
+	return wrapErr("heartbeat", err)
+}
+
+// Members lists the owners whose heartbeat is live at now, sorted.
+func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
+	nowArg, err := timeArg(now)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: members: now: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.members, nowArg)
+	if err != nil {
+		return nil, wrapErr("members", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			return nil, wrapErr("members", err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("members", err)
+	}
+	// The collation sorts by code point but pads spaces; Go order is the contract.
+	if !sort.StringsAreSorted(out) {
+		slices.Sort(out)
+	}
+	return out, nil
+}
+
+// Leave removes owner's heartbeat.
+func (s *Store) Leave(ctx context.Context, owner string) error {
+	_, err := s.db.ExecContext(ctx, s.q.leave, owner)
+	return wrapErr("leave", err)
+}
