@@ -42,7 +42,7 @@ func allQueries(q *queries) []string {
 		q.requeueAll, q.requeueKey, q.requeueNullKey, q.requeueIDs(2),
 		q.purgeAll, q.purgeKey, q.purgeNullKey, q.purgeIDs(2),
 		q.acquireLease, q.renewLease, q.releaseLease, q.leases,
-		q.heartbeat, q.members, q.leave, q.insert(2),
+		q.heartbeat, q.members, q.leave, q.insert(2), schemaLock, schemaUnlock,
 	}
 }
 

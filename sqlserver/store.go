@@ -50,13 +50,37 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 // Options returns the validated options with defaults.
 func (s *Store) Options() outbox.Options { return s.opts.Options }
 
-// CreateSchema runs CreateScript's statements in order on one connection.
-func (s *Store) CreateSchema(ctx context.Context) error {
+// schemaLock serialises concurrent CreateSchema calls in one database (several
+// forwarders starting at once): two guarded CREATE TABLEs of the same name would
+// otherwise race, and the loser fail with "There is already an object named ...".
+const (
+	schemaLock = "DECLARE @r int;\n" +
+		"EXEC @r = sp_getapplock @Resource = N'watermill-outbox/create-schema', @LockMode = N'Exclusive', " +
+		"@LockOwner = N'Session', @LockTimeout = 60000;\n" +
+		"IF @r < 0 RAISERROR(N'watermill-outbox: sp_getapplock for the schema returned %d', 16, 1, @r);"
+	schemaUnlock = "EXEC sp_releaseapplock @Resource = N'watermill-outbox/create-schema', @LockOwner = N'Session';"
+)
+
+// CreateSchema runs CreateScript's statements in order on one connection, holding an
+// application lock so that concurrent calls run one after another.
+func (s *Store) CreateSchema(ctx context.Context) (err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return wrap("create schema", err)
 	}
 	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, schemaLock); err != nil {
+		return wrap("create schema", err)
+	}
+	defer func() {
+		// Released even when ctx has ended: a session lock would otherwise stay with
+		// the pooled connection.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := conn.ExecContext(rctx, schemaUnlock); rerr != nil && err == nil {
+			err = wrap("create schema", rerr)
+		}
+	}()
 	for _, stmt := range s.script {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return wrap("create schema", err)

@@ -85,3 +85,9 @@ SELECT owner FROM [dbo].[outbox_nodes] WHERE expires_at > @now
 DELETE FROM [dbo].[outbox_nodes] WHERE owner = @owner
 
 INSERT INTO [dbo].[outbox] (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES (@p1, @p2, @p3, @p4, @p5, @p6, @p7, @p8, @p9, @p10, @p11, @p12), (@p13, @p14, @p15, @p16, @p17, @p18, @p19, @p20, @p21, @p22, @p23, @p24)
+
+DECLARE @r int;
+EXEC @r = sp_getapplock @Resource = N'watermill-outbox/create-schema', @LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 60000;
+IF @r < 0 RAISERROR(N'watermill-outbox: sp_getapplock for the schema returned %d', 16, 1, @r);
+
+EXEC sp_releaseapplock @Resource = N'watermill-outbox/create-schema', @LockOwner = N'Session';
