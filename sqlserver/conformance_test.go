@@ -41,10 +41,10 @@ func harness(t testing.TB) outboxtest.Harness {
 		Placeholder:    func(n int) string { return "@p" + strconv.Itoa(n) },
 		QualifiedTable: sqlserver.QualifiedTable,
 		InvalidPrefixes: []outboxtest.InvalidPrefix{
-			{Prefix: strings.Repeat("p", sqlserver.MaxTablePrefixUnits()+1), ErrContains: "TablePrefix"},
+			{Prefix: strings.Repeat("p", sqlserver.MaxTablePrefixUnits+1), ErrContains: "TablePrefix"},
 			// 54 supplementary characters are 108 UTF-16 code units: too long, although
 			// only 54 characters.
-			{Prefix: strings.Repeat("\U0001F600", sqlserver.MaxTablePrefixUnits()/2+1), ErrContains: "UTF-16 code units"},
+			{Prefix: strings.Repeat("\U0001F600", sqlserver.MaxTablePrefixUnits/2+1), ErrContains: "UTF-16 code units"},
 		},
 		QuotePrefix: "q]'[x_",
 		OpenDB:      open,

@@ -12,6 +12,11 @@ const (
 	// counted in UTF-16 code units: a supplementary character takes two.
 	MaxIdentifierUnits = 128
 
+	// MaxTablePrefixUnits is the longest TablePrefix, in UTF-16 code units, for which
+	// every table, index and constraint name stays within MaxIdentifierUnits: the longest
+	// name appends "outbox_df_message_uuid" (22 units) to the prefix.
+	MaxTablePrefixUnits = MaxIdentifierUnits - 22
+
 	// DefaultSchema holds the tables when Options.Schema is empty.
 	DefaultSchema = "dbo"
 )
@@ -47,7 +52,7 @@ func (o Options) Validate() error {
 			return outbox.InvalidOption("Schema", "is blank; leave it empty for %s", DefaultSchema)
 		}
 	}
-	if n, max := utf16Len(o.TablePrefix), MaxTablePrefixUnits(); n > max {
+	if n, max := utf16Len(o.TablePrefix), MaxTablePrefixUnits; n > max {
 		return outbox.InvalidOption("TablePrefix", "is %d UTF-16 code units long; at most %d fit: the longest name made from it appends %q, and SQL Server names hold at most %d",
 			n, max, longestSuffix(), MaxIdentifierUnits)
 	}
@@ -60,10 +65,6 @@ func (o Options) Validate() error {
 	}
 	return nil
 }
-
-// MaxTablePrefixUnits is the longest TablePrefix, in UTF-16 code units, for which every
-// table, index and constraint name stays within MaxIdentifierUnits.
-func MaxTablePrefixUnits() int { return MaxIdentifierUnits - utf16Len(longestSuffix()) }
 
 func longestSuffix() string {
 	longest := ""

@@ -27,11 +27,11 @@ func TestMaxTablePrefix(t *testing.T) {
 	if got, want := longestSuffix(), "outbox_df_message_uuid"; got != want {
 		t.Fatalf("longest suffix %q, want %q", got, want)
 	}
-	if MaxTablePrefixUnits() != 106 {
-		t.Fatalf("MaxTablePrefixUnits() = %d, want 106", MaxTablePrefixUnits())
+	if want := MaxIdentifierUnits - utf16Len(longestSuffix()); MaxTablePrefixUnits != want {
+		t.Fatalf("MaxTablePrefixUnits = %d, computed from the names %d", MaxTablePrefixUnits, want)
 	}
 	// At the limit every generated name fits exactly or with room.
-	o := outbox.Options{TablePrefix: strings.Repeat("p", MaxTablePrefixUnits())}
+	o := outbox.Options{TablePrefix: strings.Repeat("p", MaxTablePrefixUnits)}
 	for _, name := range newNames(o).all() {
 		if n := utf16Len(name); n > MaxIdentifierUnits {
 			t.Errorf("%q is %d units", name, n)
