@@ -14,8 +14,12 @@
 // statement each. Unordered claims take rows with UPDLOCK, READPAST and ROWLOCK, so
 // claimers skip each other's rows; an ordered claim reads the head of its lane without
 // READPAST, so a head row another session has locked holds the lane instead of being
-// skipped. Deadlock victims (1205) are retried twice, then reported like lock request
-// timeouts (1222) as *outbox.RetryableError.
+// skipped (and waits for a writer's open transaction in that lane). Reads, counts and
+// stats skip locked rows too: a writer's uncommitted rows are not eligible yet, and rows
+// being claimed are about to stop being. Every READPAST comes with READCOMMITTEDLOCK,
+// so the store locks alike whether or not the database has READ_COMMITTED_SNAPSHOT on.
+// Deadlock victims (1205) are retried twice, then reported like lock request timeouts
+// (1222) as *outbox.RetryableError.
 //
 // Insert writes in the caller's transaction: up to [BulkThreshold] rows as parameterised
 // multi-row INSERT statements (never more than 2,000 parameters or 1,000 rows each),
