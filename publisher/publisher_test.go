@@ -930,3 +930,58 @@ func TestConfigValidate(t *testing.T) {
 		}
 	})
 }
+
+// TestPublishRacingCommit: publishers keep going while Commit runs. Every Publish that
+// returned nil is in the table, every other one failed with ErrTxDone: nothing is
+// silently dropped between the last insert and the COMMIT.
+func TestPublishRacingCommit(t *testing.T) {
+	eachDialect(t, 8, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ob := e.newOutbox(t, publisher.Config{})
+		tx, err := ob.Begin(ctx, e.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		accepted := map[string]bool{}
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					uuid := fmt.Sprintf("%d-%d", g, i)
+					err := tx.Publish("race", newMsg(uuid, "x"))
+					if err != nil {
+						if !errors.Is(err, outbox.ErrTxDone) {
+							t.Errorf("Publish: %v, want ErrTxDone", err)
+						}
+						return
+					}
+					mu.Lock()
+					accepted[uuid] = true
+					mu.Unlock()
+					if i%50 == 49 {
+						// Flushes in between: written rows and the remaining buffer both count.
+						if err := tx.Flush(ctx); err != nil && !errors.Is(err, outbox.ErrTxDone) {
+							t.Errorf("Flush: %v", err)
+						}
+					}
+				}
+			})
+		}
+		time.Sleep(30 * time.Millisecond)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		recs := e.readAll(t)
+		if len(recs) != len(accepted) {
+			t.Fatalf("%d rows, %d accepted publishes", len(recs), len(accepted))
+		}
+		for _, r := range recs {
+			if !accepted[r.MessageUUID] {
+				t.Fatalf("row %s was never accepted", r.MessageUUID)
+			}
+		}
+		t.Logf("%d messages accepted before the commit", len(accepted))
+	})
+}
