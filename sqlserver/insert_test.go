@@ -159,3 +159,21 @@ func TestAppendRow(t *testing.T) {
 		t.Fatalf("lane %#v, want int32(3) (an int parameter, not bigint)", lane)
 	}
 }
+
+// Bulk copy gets the same quoted name the statements use; FuzzNames shows that
+// go-mssqldb keeps it as given.
+func TestBulkCopyTableName(t *testing.T) {
+	o := outbox.Options{Schema: "s]x", TablePrefix: "p].[q_"}
+	name := newQueries(newNames(o)).outbox
+	if name != QualifiedTable(o, o.OutboxTable()) {
+		t.Fatalf("bulk copy table %s, statements use %s", name, QualifiedTable(o, o.OutboxTable()))
+	}
+	if got, err := quoteObjectName(name); err != nil || got != name {
+		t.Fatalf("go-mssqldb quotes %s as %s (%v)", name, got, err)
+	}
+	// What the driver does with the raw, unquoted name instead: it splits on the dot,
+	// naming another table. This is why the name must go in quoted.
+	if got, _ := quoteObjectName(o.Schema + "." + o.OutboxTable()); got == name {
+		t.Fatalf("raw name unexpectedly quoted to %s", got)
+	}
+}
