@@ -16,8 +16,9 @@ import (
 
 // TestExplainHotReads fills an outbox with 100,000 rows (half unordered, half spread over
 // 64 lanes, a few parked, a few scheduled later), analyzes it, and fails when a hot
-// statement — the head-of-lane read, the unordered due read, and the claims built on
-// them — plans a sequential scan of the outbox table. Each statement is planned both as
+// statement — the head-of-lane read, the unordered due read, the claims built on them,
+// renewal and release by token, completion — plans a sequential scan of the outbox
+// table or misses its index. Each statement is planned both as
 // a custom plan (values known) and as the generic plan that pgx's statement cache ends
 // up using.
 func TestExplainHotReads(t *testing.T) {
@@ -66,7 +67,7 @@ func TestExplainHotReads(t *testing.T) {
 	for _, st := range []struct {
 		name  string
 		query string
-		index string // the index the statement must use
+		index string // the index the statement must use ("a|b": either)
 		args  []any
 	}{
 		{"head of lane read", s.q.readLane, suffixLaneIx, []any{lane, zero[:], now, 100}},
@@ -74,6 +75,9 @@ func TestExplainHotReads(t *testing.T) {
 		{"ordered claim", s.q.claimLane, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"ordered claim holding parked keys", s.q.claimLaneHold, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"unordered claim", s.q.claimUnordered, suffixDueIx, []any{tok[:], until, now, 100}},
+		{"renew by token", s.q.renew[0], suffixClaimIx, []any{tok[:], now, until}},
+		{"release by token", s.q.release[0], suffixClaimIx, []any{tok[:], now}},
+		{"complete", s.q.complete[0], suffixClaimIx + "|" + suffixOutbox + "_pkey", []any{tok[:], now, [][]byte{zero[:]}}},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			plan := explain(t, ctx, db, mode, st.query, st.args)
@@ -81,7 +85,11 @@ func TestExplainHotReads(t *testing.T) {
 			if plan.seqScans[opts.OutboxTable()] {
 				t.Errorf("%s (%s) scans %s sequentially", st.name, mode, opts.OutboxTable())
 			}
-			if !plan.indexes[opts.TablePrefix+st.index] {
+			used := false
+			for _, ix := range strings.Split(st.index, "|") {
+				used = used || plan.indexes[opts.TablePrefix+ix]
+			}
+			if !used {
 				t.Errorf("%s (%s) does not use index %s", st.name, mode, opts.TablePrefix+st.index)
 			}
 		}
@@ -122,6 +130,12 @@ func explain(t *testing.T, ctx context.Context, db *sql.DB, mode, query string, 
 			switch v := a.(type) {
 			case []byte:
 				params[i] = fmt.Sprintf(`decode('%x', 'hex')`, v)
+			case [][]byte:
+				elems := make([]string, len(v))
+				for j := range v {
+					elems[j] = fmt.Sprintf(`decode('%x', 'hex')`, v[j])
+				}
+				params[i] = "ARRAY[" + strings.Join(elems, ", ") + "]"
 			case time.Time:
 				params[i] = "'" + v.UTC().Format("2006-01-02 15:04:05.999999Z07:00") + "'::timestamptz"
 			default:
