@@ -78,8 +78,8 @@ func newQueries(n names) *queries {
 	q.readLane = strings.Replace(read, "%s", "o.lane = @lane", 1)
 
 	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", "o.lane IS NULL AND "+eligible("o"))
-	q.claimLane = q.claim("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", q.laneHead(false))
-	q.claimLaneHold = q.claim("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", q.laneHead(true))
+	q.claimLane = q.claimLaneBatch(false)
+	q.claimLaneHold = q.claimLaneBatch(true)
 
 	failSQL := "UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
@@ -138,15 +138,37 @@ func (q *queries) liveLease() string {
 	return "EXISTS (SELECT 1 FROM " + q.lanes + " AS l WHERE l.lane = @lane AND l.token = " + binParam("lease") + " AND l.expires_at > @now)"
 }
 
-// claim builds a claim batch: one UPDATE through a TOP (@n) ... ORDER BY id CTE takes
-// the rows, its OUTPUT goes to @claimed, and the SELECT returns them in id order. The
-// isolation level is set because READPAST is refused under SERIALIZABLE, which a pooled
-// connection might carry over from an application's transaction.
+// claim builds an unordered claim batch: one UPDATE through a TOP (@n) ... ORDER BY id
+// CTE takes the rows, its OUTPUT goes to @claimed, and the SELECT returns them in id
+// order. The isolation level is set because READPAST is refused under SERIALIZABLE,
+// which a pooled connection might carry over from an application's transaction.
 func (q *queries) claim(hints, where string) string {
 	return "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n" + claimedTable + "\n" +
-		"WITH c AS (SELECT TOP (@n) * FROM " + q.outbox + " AS o " + hints + " WHERE " + where + " ORDER BY o.id)\n" +
+		q.claimUpdate(hints, where) + "\n" +
+		"SELECT " + selectCols + " FROM @claimed ORDER BY id;"
+}
+
+func (q *queries) claimUpdate(hints, where string) string {
+	return "WITH c AS (SELECT TOP (@n) * FROM " + q.outbox + " AS o " + hints + " WHERE " + where + " ORDER BY o.id)\n" +
 		"UPDATE c SET claim_token = " + binParam("tok") + ", claim_expires_at = @until OUTPUT " +
-		prefixed("inserted.", selectCols) + " INTO @claimed;\n" +
+		prefixed("inserted.", selectCols) + " INTO @claimed;"
+}
+
+// claimLaneBatch builds an ordered claim batch. The UPDATE that takes the head run is
+// one statement, but a statement reads the head before it locks the rows it claims, so
+// two claims of one lane running at once could each see a head the other is taking
+// and claim past it. The batch therefore first takes the lane's lease row with UPDLOCK,
+// HOLDLOCK in a short transaction: claims of one lane run one after another, and a claim
+// under a lease that is not live takes nothing. XACT_ABORT rolls the transaction back on
+// any error or cancellation.
+func (q *queries) claimLaneBatch(hold bool) string {
+	return "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\nSET XACT_ABORT ON;\n" + claimedTable + "\n" +
+		"DECLARE @live bit = 0;\n" +
+		"BEGIN TRANSACTION;\n" +
+		"SELECT @live = 1 FROM " + q.lanes + " AS l WITH (UPDLOCK, HOLDLOCK) WHERE l.lane = @lane AND l.token = " +
+		binParam("lease") + " AND l.expires_at > @now;\n" +
+		q.claimUpdate("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", "@live = 1 AND "+q.laneHead(hold)) + "\n" +
+		"COMMIT TRANSACTION;\n" +
 		"SELECT " + selectCols + " FROM @claimed ORDER BY id;"
 }
 
@@ -158,12 +180,12 @@ func prefixed(p, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-// laneHead is the WHERE clause of an ordered claim: under a live lease, the eligible
-// rows of @lane that come before every row holding the lane. Only the first @n pending
-// rows of the lane are examined, since no more can be claimed. With hold, a row whose
-// ordering key has an earlier parked row in the lane is left out of both (it neither is
-// claimed nor holds the lane). No READPAST: a head row another session has locked must
-// hold the lane, not be skipped.
+// laneHead is the WHERE clause of an ordered claim (the lease is checked before): the
+// eligible rows of @lane that come before every row holding the lane. Only the first @n
+// pending rows of the lane are examined, since no more can be claimed. With hold, a row
+// whose ordering key has an earlier parked row in the lane is left out of both (it
+// neither is claimed nor holds the lane). No READPAST: a head row another session has
+// locked must hold the lane, not be skipped.
 func (q *queries) laneHead(hold bool) string {
 	held := func(a string) string {
 		if !hold {
@@ -172,7 +194,7 @@ func (q *queries) laneHead(hold bool) string {
 		return " AND NOT EXISTS (SELECT 1 FROM " + q.outbox + " AS p WHERE p.lane = @lane AND p.status = 'parked' AND p.id < " +
 			a + ".id AND " + sameKey("p.ordering_key", a+".ordering_key") + ")"
 	}
-	return "o.lane = @lane AND " + eligible("o") + held("o") + " AND " + q.liveLease() +
+	return "o.lane = @lane AND " + eligible("o") + held("o") +
 		" AND o.id < ALL (SELECT h.id FROM (SELECT TOP (@n) b.id, b.deliver_at, b.claim_expires_at FROM " + q.outbox +
 		" AS b WITH (READCOMMITTEDLOCK) WHERE b.lane = @lane AND b.status = 'pending'" + held("b") + " ORDER BY b.id) AS h" +
 		" WHERE h.deliver_at > @now OR h.claim_expires_at > @now)"
