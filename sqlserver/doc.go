@@ -14,7 +14,9 @@
 // statement each. Unordered claims take rows with UPDLOCK, READPAST and ROWLOCK, so
 // claimers skip each other's rows; an ordered claim reads the head of its lane without
 // READPAST, so a head row another session has locked holds the lane instead of being
-// skipped (and waits for a writer's open transaction in that lane). Reads, counts and
+// skipped (and waits for a writer's open transaction in that lane); it first takes its
+// lane's lease row with UPDLOCK, HOLDLOCK in a short transaction, so claims of one lane
+// run one after another and two never take the same head. Reads, counts and
 // stats skip locked rows too: a writer's uncommitted rows are not eligible yet, and rows
 // being claimed are about to stop being. Every READPAST comes with READCOMMITTEDLOCK,
 // so the store locks alike whether or not the database has READ_COMMITTED_SNAPSHOT on.
