@@ -11,7 +11,7 @@ import (
 // with the key columns are plain seeks, never conversions of the column. The literal
 // 'pending' and 'parked' (never parameters) let the optimizer match the filtered indexes.
 
-// selectCols is the column order every row scan expects (see scanRecord).
+// selectCols is the column order every row scan expects (see rowScanner.scan).
 const selectCols = "id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, " +
 	"tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at"
 
