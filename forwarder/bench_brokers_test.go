@@ -1,0 +1,122 @@
+package forwarder_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/relayer-go/watermill-outbox/forwarder"
+	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+)
+
+func brokerBenchRows() int {
+	if n, err := strconv.Atoi(os.Getenv("OUTBOX_BENCH_BROKER_ROWS")); err == nil && n > 0 {
+		return n
+	}
+	return 10_000
+}
+
+// countingPublisher counts messages its target accepted.
+type countingPublisher struct {
+	next message.Publisher
+	n    atomic.Int64
+}
+
+func (p *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.next.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	p.n.Add(int64(len(msgs)))
+	return nil
+}
+func (p *countingPublisher) Close() error { return nil }
+func (p *countingPublisher) Count() int64 { return p.n.Load() }
+
+// rawPublish publishes n messages like the forwarder's (200-byte payload, three metadata
+// entries) with `workers` goroutines through pub and returns messages/s.
+func rawPublish(tb testing.TB, pub message.Publisher, topic string, n, workers int) float64 {
+	tb.Helper()
+	msgs := make([]*message.Message, n)
+	body := []byte(strings.Repeat("x", 200))
+	for i := range msgs {
+		msgs[i] = message.NewMessage(watermill.NewUUID(), body)
+		msgs[i].Metadata = message.Metadata{"trace_id": "0123456789abcdef", "type": "order.created", "v": "1"}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := pub.Publish(topic, msgs[i]); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		tb.Fatalf("raw publish: %d failures", failed.Load())
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// BenchmarkForwardToBroker: forwarding a backlog of unordered rows to RabbitMQ and to
+// Kafka (kfake) against publishing the same number of equal messages directly through a
+// publisher with the same configuration, with as many concurrent publishers as the
+// forwarder's in-flight window. Reports both rates and the ratio (goal >= 0.7).
+func BenchmarkForwardToBroker(b *testing.B) {
+	n := brokerBenchRows()
+	inFlight := forwarder.InFlightDefault
+	brokers := []struct {
+		name string
+		pub  func(b *testing.B) (message.Publisher, string)
+	}{
+		{"amqp", func(b *testing.B) (message.Publisher, string) {
+			cfg := chaos.AMQPConfig(testenv.DSN(b, testenv.AMQP))
+			topic := chaos.UniqueName("outbox_bench_")
+			chaos.AMQPSubscriber(b, cfg, topic) // declare the queue; deleted at the end
+			return chaos.AMQPPublisher(b, cfg), topic
+		}},
+		{"kafka", func(b *testing.B) (message.Publisher, string) {
+			topic := chaos.UniqueName("bench_")
+			return chaos.KafkaPublisher(b, chaos.StartKafka(b, topic), nil), topic
+		}},
+	}
+	for _, e := range engines {
+		for _, br := range brokers {
+			b.Run(e.name+"/"+br.name, func(b *testing.B) {
+				db, _ := e.open(b)
+				var raw float64
+				var fwd drainResult
+				for i := 0; i < b.N; i++ {
+					pub, topic := br.pub(b)
+					raw = rawPublish(b, pub, topic, n, inFlight)
+					st := e.table(b, db, 64)
+					fillUnordered(b, db, st, n, topic)
+					cp := &countingPublisher{next: pub}
+					fwd = forwarderDrain(b, e, db, st, forwarder.Config{}, cp, cp.Count, n)
+				}
+				b.ReportMetric(raw, "raw_msgs/s")
+				b.ReportMetric(fwd.rate, "fwd_msgs/s")
+				b.ReportMetric(fwd.rate/raw, "ratio")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
