@@ -130,3 +130,10 @@ func TestConformanceDSNVariant(t *testing.T) {
 	}
 	outboxtest.Run(t, harness(t, otherDSN))
 }
+
+// BenchmarkStore runs the shared store benchmarks (insert-at-commit reports its time
+// over the hand-written multi-row INSERT baseline as x-baseline).
+func BenchmarkStore(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { outboxtest.Bench(b, harness(b, plainDSN)) })
+	b.Run("interpolate", func(b *testing.B) { outboxtest.Bench(b, harness(b, otherDSN)) })
+}
