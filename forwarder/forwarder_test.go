@@ -281,7 +281,6 @@ func TestNotifyWakesWithoutPolling(t *testing.T) {
 		rec := newRecorder()
 		cfg := fastConfig()
 		cfg.PollInterval, cfg.MaxPollInterval = time.Hour, time.Hour
-		cfg.LeaseTTL = 300 * time.Millisecond
 		polls := &countingStore{Store: tb.store}
 		f, _ := start(t, polls, Targets{"": rec}, cfg)
 		key := keyInLane(3, tb.opts.Lanes, 0)

@@ -264,7 +264,9 @@ func fastConfig() Config {
 	return Config{
 		PollInterval:    10 * time.Millisecond,
 		MaxPollInterval: 50 * time.Millisecond,
-		LeaseTTL:        600 * time.Millisecond,
+		// Lanes move through Leave and membership checks (every MaxPollInterval), so
+		// the lease only has to outlive a loaded machine's renewal delays.
+		LeaseTTL:        5 * time.Second,
 		ClaimTTL:        5 * time.Second,
 		RetryBase:       10 * time.Millisecond,
 		RetryMax:        40 * time.Millisecond,

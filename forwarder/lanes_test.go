@@ -44,16 +44,23 @@ func TestOrderedPerKeyOrder(t *testing.T) {
 		tb.insert(t, recs...)
 		_, _ = start(t, tb.store, Targets{"": rec}, fastConfig())
 		waitFor(t, 30*time.Second, "all messages", func() bool { return len(rec.got()) >= keys*per })
+		// At least once: a replay (a row resent after its lease was lost on a loaded
+		// machine) is a duplicate, not a violation; a gap is.
 		next := map[string]int{}
+		dups := 0
 		for _, p := range rec.got() {
 			key, i := seqOf(t, p.msg)
-			if i != next[key] {
+			switch {
+			case i < next[key]:
+				dups++
+			case i > next[key]:
 				t.Fatalf("key %s: got #%d, want #%d", key, i, next[key])
+			default:
+				next[key]++
 			}
-			next[key]++
 		}
-		if len(rec.got()) != keys*per {
-			t.Fatalf("%d messages, want %d (duplicates)", len(rec.got()), keys*per)
+		if dups > 0 {
+			t.Logf("%d duplicates (at least once)", dups)
 		}
 		waitFor(t, 5*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
 	})
@@ -314,7 +321,7 @@ func TestLeaseLossFencing(t *testing.T) {
 func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		cfg := fastConfig()
-		cfg.LeaseTTL = 6 * time.Second // expiry-based takeover would need 6s
+		cfg.LeaseTTL = 6 * time.Second // an expiry-based takeover would need 6s
 		cfg.DisableUnordered = true
 		cfgA, cfgB := cfg, cfg
 		cfgA.Owner, cfgB.Owner = "a", "b"
@@ -426,6 +433,52 @@ func TestUnorderedClaimsRenewed(t *testing.T) {
 				t.Fatalf("message %s sent twice: its claim was not renewed", p.msg.UUID)
 			}
 			seen[p.msg.UUID] = true
+		}
+	})
+}
+
+// Rows a closing forwarder had claimed but not sent are given back: the next owner of
+// the lane sends them at once instead of after the claim TTL.
+func TestShutdownReleasesClaimedRows(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		lane := 5
+		key := keyInLane(lane, tb.opts.Lanes, 0)
+		var recs []outbox.Record
+		for i := range 6 {
+			recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
+		}
+		u := tb.row("t", "", "unordered")
+		tb.insert(t, append(recs, u)...)
+		cfg := fastConfig()
+		cfg.ClaimTTL = time.Minute // an expiry would outlast the test
+		cfg.Owner = "a"
+		recA := newRecorder()
+		gate := make(chan struct{})
+		recA.gate = gate
+		a, stopA := start(t, tb.store, Targets{"": recA}, cfg)
+		waitFor(t, 10*time.Second, "a sending the lane's head", func() bool { return recA.callCount() == 2 })
+		if len(a.Stats().HeldLanes) != tb.opts.Lanes {
+			t.Fatal("a does not hold every lane")
+		}
+		stopped := make(chan struct{})
+		go func() { stopA(); close(stopped) }()
+		time.Sleep(50 * time.Millisecond) // Close is waiting for the messages in flight
+		close(gate)
+		<-stopped
+		if got := recA.got(); len(got) != 2 {
+			t.Fatalf("a sent %d messages after Close, want only the 2 in flight", len(got))
+		}
+		if n := tb.rows(t); n != 5 {
+			t.Fatalf("%d rows left, want the 5 unsent ones", n)
+		}
+		cfg.Owner = "b"
+		recB := newRecorder()
+		_, _ = start(t, tb.store, Targets{"": recB}, cfg)
+		waitFor(t, 10*time.Second, "b sends the rest of the lane", func() bool { return len(recB.got()) == 5 })
+		for i, p := range recB.got() {
+			if want := fmt.Sprintf("%s/%d", key, i+1); string(p.msg.Payload) != want {
+				t.Fatalf("b sent %s, want %s", p.msg.Payload, want)
+			}
 		}
 	})
 }
