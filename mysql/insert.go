@@ -3,9 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+
+	driver "github.com/go-sql-driver/mysql"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
@@ -91,6 +94,15 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		}
 		buf.sql, buf.args = b, args
 		if _, err := tx.ExecContext(ctx, string(b), args...); err != nil {
+			if errors.Is(err, driver.ErrPktTooLarge) && end-start > 1 {
+				// The DSN's maxAllowedPacket is below the server's: the driver refused the
+				// packet before sending anything. Remember a smaller budget and redo the
+				// chunk in halves.
+				budget = max(size/2, 64<<10)
+				s.maxPacket.Store(int64(budget + packetMargin))
+				clear(args)
+				continue
+			}
 			return wrapErr(fmt.Sprintf("insert rows %d..%d of %d", start, end-1, len(records)), err)
 		}
 		clear(args)

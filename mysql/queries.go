@@ -61,7 +61,7 @@ func newQueries(n names) *queries {
 	q.leaseLive = fmt.Sprintf(` AND EXISTS (SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ?)`, n.lanes)
 
 	// A live claim of token: claim_expires_at > now. GREATEST never shortens it.
-	q.renewUpdate = fmt.Sprintf(`UPDATE %s SET claim_expires_at = GREATEST(claim_expires_at, ?) WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.renewUpdate = fmt.Sprintf(`UPDATE %s SET claim_expires_at = GREATEST(claim_expires_at, CAST(? AS DATETIME(6))) WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
 	q.renewCount = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
 	q.release = fmt.Sprintf(`UPDATE %s SET claim_token = NULL, claim_expires_at = NULL WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
 	q.complete = fmt.Sprintf(`DELETE FROM %s WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
@@ -82,10 +82,10 @@ func newQueries(n names) *queries {
 
 	q.leaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE lane = ? FOR UPDATE`, n.lanes)
 	q.leaseInsert = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, ?)`, n.lanes)
-	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, ?) WHERE lane = ?`, n.lanes)
+	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE lane = ?`, n.lanes)
 	q.leaseTakeover = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = ? WHERE lane = ?`, n.lanes)
 	q.leaseRenewLock = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ? FOR UPDATE`, n.lanes)
-	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, ?) WHERE lane = ?`, n.lanes)
+	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE lane = ?`, n.lanes)
 	q.leaseRelease = fmt.Sprintf(`DELETE FROM %s WHERE lane = ? AND token = ?`, n.lanes)
 	q.leases = fmt.Sprintf(`SELECT lane, owner, token, CAST(expires_at AS CHAR) FROM %s ORDER BY lane`, n.lanes)
 
