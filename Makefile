@@ -91,3 +91,16 @@ demo:
 ## help: list the targets
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
+
+# ---------------------------------------------------------------------------------------
+# Forwarder chaos tests and benchmarks (forwarder/e2e_*_test.go, forwarder/bench_*_test.go).
+.PHONY: chaos bench-forwarder
+
+## chaos: forwarder end-to-end/crash/chaos tests at full size, then the MariaDB restart variant (it stops and starts the LOCAL MariaDB server: never while others use it)
+chaos: services
+	OUTBOX_TEST_FULL=1 $(GO) test -count=1 -timeout 30m -v -run 'TestE2E_|TestPubSubUniversal' $(GOTESTFLAGS) ./forwarder/
+	OUTBOX_TEST_FULL=1 OUTBOX_CHAOS_RESTART=1 $(GO) test -count=1 -timeout 10m -v -run '^TestE2E_DatabaseConnectionsKilled$$' $(GOTESTFLAGS) ./forwarder/
+
+## bench-forwarder: forwarder benchmarks with their side-by-side ratios (OUTBOX_BENCH_1M=1 adds the 1,000,000-row memory run)
+bench-forwarder: services
+	$(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime=1x $(GOTESTFLAGS) ./forwarder/
