@@ -56,6 +56,17 @@ func TestQueryExecModes(t *testing.T) {
 			if st, err := s.Stats(ctx, base); err != nil || len(st.Lanes) != 1 {
 				t.Fatalf("Stats = %+v, %v", st, err)
 			}
+			// A batch above the VALUES threshold goes through unnest.
+			var batch []outbox.Record
+			for range 20 {
+				r := rec(base, "", 8)
+				r.DeliverAt = base.Add(2 * time.Hour)
+				batch = append(batch, r)
+			}
+			insert(t, db, s, batch...)
+			if n, err := s.Count(ctx, base.Add(2*time.Hour)); err != nil || n != 21 {
+				t.Fatalf("Count = %d, %v; want 21", n, err)
+			}
 		})
 	}
 }

@@ -25,7 +25,8 @@ type insertBuf struct {
 	uuids, keys, transports, dests, types, tenants column[textElem]
 	lanes                                          column[int4Elem]
 	created, deliver                               column[timeElem]
-	args                                           []any
+	args                                           []any // the unnest statement's
+	valuesArgs                                     []any // the VALUES statement's
 }
 
 func newInsertBuf() *insertBuf {
@@ -102,6 +103,10 @@ func (e *timeElem) TimestamptzValue() (pgtype.Timestamptz, error) {
 	return pgtype.Timestamptz{Time: time.Time(*e), Valid: true}, nil
 }
 
+// Value serves the query modes that do not learn parameter types (see column); the other
+// element kinds are found there through their underlying types.
+func (e *timeElem) Value() (driver.Value, error) { return time.Time(*e), nil }
+
 // Array-literal elements are double-quoted with backslash escapes; a bytea element is
 // its hex form ("\\x..." in the literal).
 func (e byteaElem) appendArrayText(dst []byte) []byte {
@@ -137,6 +142,9 @@ var (
 	_ pgtype.Int64Valuer       = (*int4Elem)(nil)
 	_ pgtype.TimestamptzValuer = (*timeElem)(nil)
 )
+
+// valuesMaxRows is the largest batch written with a VALUES list instead of unnest.
+const valuesMaxRows = 16
 
 // maxPooledRows keeps one huge commit from pinning its buffers in the pool forever.
 const maxPooledRows = 16384
@@ -187,7 +195,22 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		b.created.add(timeElem(r.CreatedAt))
 		b.deliver.add(timeElem(deliver))
 	}
-	_, err := tx.ExecContext(ctx, s.q.insert, b.args...)
+	var err error
+	if n := len(records); n <= valuesMaxRows {
+		// Small batches: a VALUES list plans and runs faster than unnest's twelve arrays
+		// (BenchmarkInsertStatement). The arguments point into the same buffers.
+		args := b.valuesArgs[:0]
+		for i := range n {
+			args = append(args, &b.ids.elems[i], &b.uuids.elems[i], &b.lanes.elems[i], &b.keys.elems[i],
+				&b.transports.elems[i], &b.dests.elems[i], &b.types.elems[i], &b.headers.elems[i],
+				&b.bodies.elems[i], &b.tenants.elems[i], &b.created.elems[i], &b.deliver.elems[i])
+		}
+		_, err = tx.ExecContext(ctx, s.q.insertValues[n], args...)
+		clear(args)
+		b.valuesArgs = args[:0]
+	} else {
+		_, err = tx.ExecContext(ctx, s.q.insert, b.args...)
+	}
 	b.reset()
 	if cap(b.ids.elems) <= maxPooledRows {
 		s.inserts.Put(b)

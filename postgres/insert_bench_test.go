@@ -33,7 +33,7 @@ func BenchmarkInsertMethods(b *testing.B) {
 	db := openDB(b, "")
 	ctx := context.Background()
 	methods := []string{"unnest", "values", "copy"}
-	for _, rows := range []int{64, 1000} {
+	for _, rows := range []int{1, 8, 64, 1000} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
 			inserts := make([]func(context.Context, []outbox.Record) error, len(methods))
 			for m, method := range methods {
@@ -165,4 +165,82 @@ func nullText(s string) any {
 		return nil
 	}
 	return s
+}
+
+// BenchmarkInsertStatement isolates the statement from the commit: one transaction, the
+// same insert executed again and again, the store's Insert (VALUES up to 8 rows, unnest
+// above) interleaved with a hand-written VALUES INSERT; "values-x" is the hand-written
+// statement's time over the store's. It picked the store's threshold: below about ten
+// rows VALUES wins (unnest of twelve arrays costs more to plan and run), above it unnest.
+func BenchmarkInsertStatement(b *testing.B) {
+	db := openDB(b, "")
+	ctx := context.Background()
+	for _, rows := range []int{1, 8, 9, 16, 32, 64} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			s := newStore(b, db, outbox.Options{Lanes: 64})
+			table := postgres.QualifiedTable(s.Options(), s.Options().OutboxTable())
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tx.Rollback()
+			recs := make([]outbox.Record, rows)
+			for i := range recs {
+				recs[i] = rec(base, fmt.Sprintf("key-%d", i%10), 64)
+			}
+			var q strings.Builder
+			q.WriteString("INSERT INTO " + table + " (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES ")
+			for i := range recs {
+				if i > 0 {
+					q.WriteString(", ")
+				}
+				n := i * 12
+				fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d, $%d)",
+					n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10, n+11, n+12)
+			}
+			values := q.String()
+			var args []any
+			var storeTime, valuesTime time.Duration
+			runStore := func() {
+				for i := range recs {
+					recs[i].ID = outbox.NewID()
+				}
+				start := time.Now()
+				if err := s.Insert(ctx, tx, recs); err != nil {
+					b.Fatal(err)
+				}
+				storeTime += time.Since(start)
+			}
+			runValues := func() {
+				args = args[:0]
+				for i := range recs {
+					r := &recs[i]
+					r.ID = outbox.NewID()
+					args = append(args, r.ID[:], r.MessageUUID, nullLane(r.Lane), nullText(r.OrderingKey), r.Transport,
+						r.Destination, nullText(r.MessageType), r.Headers, r.Body, nullText(r.TenantID), r.CreatedAt, r.CreatedAt)
+				}
+				start := time.Now()
+				if _, err := tx.ExecContext(ctx, values, args...); err != nil {
+					b.Fatal(err)
+				}
+				valuesTime += time.Since(start)
+			}
+			b.ResetTimer()
+			for n := range b.N {
+				// Alternate which goes first; only the store's statement is on the clock.
+				if n%2 == 0 {
+					runStore()
+					b.StopTimer()
+					runValues()
+					b.StartTimer()
+				} else {
+					b.StopTimer()
+					runValues()
+					b.StartTimer()
+					runStore()
+				}
+			}
+			b.ReportMetric(float64(valuesTime)/float64(storeTime), "values-x")
+		})
+	}
 }

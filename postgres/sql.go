@@ -39,7 +39,8 @@ func (p *params) next() string { p.n++; return fmt.Sprintf("$%d", p.n) }
 type queries struct {
 	n names
 
-	insert string
+	insert       string
+	insertValues [valuesMaxRows + 1]string // by row count
 
 	readLane, readUnordered string
 
@@ -86,6 +87,22 @@ func newQueries(n names) *queries {
 		`FROM unnest($1::bytea[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[], $7::text[], ` +
 		`$8::bytea[], $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[]) ` +
 		`AS u(id, mu, lane, ok, tr, dst, mt, h, b, tn, ca, da)`
+
+	for n := 1; n <= valuesMaxRows; n++ {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO ` + t + ` (id, message_uuid, lane, ordering_key, transport, destination, message_type, ` +
+			`headers, body, tenant_id, created_at, deliver_at) VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			p := i * 12
+			fmt.Fprintf(&b, "($%d, $%d, NULLIF($%d::int4, -1), NULLIF($%d::text, ''), $%d, $%d, NULLIF($%d::text, ''), "+
+				"$%d, $%d, NULLIF($%d::text, ''), $%d, $%d)",
+				p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8, p+9, p+10, p+11, p+12)
+		}
+		q.insertValues[n] = b.String()
+	}
 
 	q.readLane = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.id > $2 AND ` +
 		eligible("o", "$3") + ` ORDER BY o.id LIMIT $4`
