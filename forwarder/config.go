@@ -16,6 +16,7 @@ const (
 	HandlerNameDefault     = "outbox_forwarder"
 	ClaimBatchDefault      = 100
 	InFlightDefault        = 256
+	ClaimersDefault        = 2
 	LaneBatchDefault       = 16
 	ClaimTTLDefault        = 30 * time.Second
 	LeaseTTLDefault        = 10 * time.Second
@@ -45,6 +46,9 @@ type Config struct {
 	// InFlight is the window of unordered messages handed to the handler and not yet
 	// acked or nacked. Target publishers batch or pipeline within it.
 	InFlight int
+	// Claimers is the number of unordered claim loops, each with its share of InFlight;
+	// more than one keeps a claim on the wire while another batch is being emitted.
+	Claimers int
 	// LaneBatch bounds the consecutive head rows of one lane taken by one claim; they are
 	// still sent one at a time, in order.
 	LaneBatch int
@@ -106,6 +110,7 @@ func (c *Config) setDefaults() {
 	}
 	setInt(&c.ClaimBatch, ClaimBatchDefault)
 	setInt(&c.InFlight, InFlightDefault)
+	setInt(&c.Claimers, ClaimersDefault)
 	setInt(&c.LaneBatch, LaneBatchDefault)
 	setInt(&c.MaxAttempts, MaxAttemptsDefault)
 	setDur(&c.ClaimTTL, ClaimTTLDefault)
@@ -147,8 +152,8 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, outbox.InvalidOption("forwarder.Config."+field, format, args...))
 	}
-	positive := map[string]int{"ClaimBatch": c.ClaimBatch, "InFlight": c.InFlight, "LaneBatch": c.LaneBatch, "MaxAttempts": c.MaxAttempts}
-	for _, f := range []string{"ClaimBatch", "InFlight", "LaneBatch", "MaxAttempts"} {
+	positive := map[string]int{"ClaimBatch": c.ClaimBatch, "InFlight": c.InFlight, "Claimers": c.Claimers, "LaneBatch": c.LaneBatch, "MaxAttempts": c.MaxAttempts}
+	for _, f := range []string{"ClaimBatch", "InFlight", "Claimers", "LaneBatch", "MaxAttempts"} {
 		if positive[f] < 1 {
 			bad(f, "must be at least 1, got %d", positive[f])
 		}
@@ -171,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.ClaimTTL > 0 && c.ClaimTTL < 30*time.Millisecond {
 		bad("ClaimTTL", "must be at least 30ms, got %s", c.ClaimTTL)
+	}
+	if c.Claimers > c.InFlight {
+		bad("Claimers", "must not exceed InFlight (%d), got %d", c.InFlight, c.Claimers)
 	}
 	if c.RetryMax < c.RetryBase {
 		bad("RetryMax", "must not be below RetryBase (%s), got %s", c.RetryBase, c.RetryMax)

@@ -74,7 +74,7 @@ type Forwarder struct {
 	metrics Metrics
 
 	laneWake      []chan struct{} // one per lane, capacity 1
-	unorderedWake chan struct{}
+	unorderedWake []chan struct{} // one per claimer, capacity 1
 
 	mu         sync.Mutex
 	subscribed bool
@@ -140,7 +140,7 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 		logger:        logger.With(watermill.LogFields{"outbox_table": opts.OutboxTable(), "owner": config.Owner}),
 		metrics:       config.Metrics,
 		laneWake:      make([]chan struct{}, opts.Lanes),
-		unorderedWake: make(chan struct{}, 1),
+		unorderedWake: make([]chan struct{}, config.Claimers),
 		stopping:      make(chan struct{}),
 		abandon:       make(chan struct{}),
 		closeDone:     make(chan struct{}),
@@ -151,6 +151,9 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 	}
 	for i := range f.laneWake {
 		f.laneWake[i] = make(chan struct{}, 1)
+	}
+	for i := range f.unorderedWake {
+		f.unorderedWake[i] = make(chan struct{}, 1)
 	}
 	if f.metrics == nil {
 		f.metrics = nopMetrics{}
@@ -175,7 +178,9 @@ func (f *Forwarder) Notify(c outbox.Commit) {
 		}
 	}
 	if c.Unordered > 0 {
-		wake(f.unorderedWake)
+		for _, ch := range f.unorderedWake {
+			wake(ch)
+		}
 	}
 }
 
@@ -227,8 +232,13 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 	f.services.Add(1)
 	go f.runCompleters()
 	if !f.cfg.DisableUnordered {
-		f.emitters.Add(1)
-		go f.runUnordered()
+		// The window is split between the claimers; each claims while the others'
+		// claims are on the wire.
+		per := (f.cfg.InFlight + f.cfg.Claimers - 1) / f.cfg.Claimers
+		for i := range f.cfg.Claimers {
+			f.emitters.Add(1)
+			go f.runUnordered(f.unorderedWake[i], per)
+		}
 	}
 	if !f.cfg.DisableOrdered {
 		f.services.Add(1)

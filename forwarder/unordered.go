@@ -40,11 +40,11 @@ type storeJob struct {
 // runUnordered is the claimer of unordered rows: it keeps up to InFlight messages in
 // flight, coalesces acks into batched deletes, fails nacked rows with backoff and renews
 // the claims of rows in flight.
-func (f *Forwarder) runUnordered() {
+func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	defer f.emitters.Done()
 	ctx := context.Background()
 	cfg := &f.cfg
-	results := make(chan uResult, cfg.InFlight) // never blocks: at most InFlight watchers
+	results := make(chan uResult, window) // never blocks: at most window watchers
 	batches := map[outbox.Token]*uBatch{}
 	var (
 		dst        []outbox.Record
@@ -58,6 +58,7 @@ func (f *Forwarder) runUnordered() {
 		isStopping bool
 	)
 	counters := &f.counters[0]
+	minClaim := max(min(cfg.ClaimBatch, window)/4, 1)
 
 	flush := func() {
 		for tok, b := range batches {
@@ -136,8 +137,12 @@ func (f *Forwarder) runUnordered() {
 			flush()
 			return
 		}
-		if !isStopping && inFlight < cfg.InFlight && !time.Now().Before(nextClaim) {
-			n := min(cfg.ClaimBatch, cfg.InFlight-inFlight)
+		// Claim when the window has room for a useful batch (or is empty): a claim of a
+		// handful of rows costs the same round trip as a full one.
+		room := window - inFlight
+		canClaim := !isStopping && room > 0 && (inFlight == 0 || room >= minClaim)
+		if canClaim && !time.Now().Before(nextClaim) {
+			n := min(cfg.ClaimBatch, window-inFlight)
 			now := f.now()
 			b := &uBatch{token: outbox.NewToken(), until: now.Add(cfg.ClaimTTL)}
 			recs, err := f.store.Claim(ctx, outbox.ClaimParams{
@@ -202,7 +207,7 @@ func (f *Forwarder) runUnordered() {
 				wait = d
 			}
 		}
-		if !isStopping && inFlight < cfg.InFlight {
+		if canClaim {
 			setWait(nextClaim)
 		}
 		if pending > 0 {
@@ -230,7 +235,7 @@ func (f *Forwarder) runUnordered() {
 					break drain
 				}
 			}
-		case <-f.unorderedWake:
+		case <-wakeCh:
 			nextClaim = time.Time{}
 			idle = cfg.PollInterval
 		case <-timer:
