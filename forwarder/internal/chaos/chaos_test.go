@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,11 +42,18 @@ func TestKafkaKeyedRoundTrip(t *testing.T) {
 	pub := chaos.KafkaPublisher(t, brokers, chaos.KeyFromMetadata(chaos.KeyMetadata))
 	sub := chaos.KafkaSubscriber(t, brokers)
 	rec := chaos.NewRecorder()
+	var mu sync.Mutex
 	keys := map[string]map[int32]bool{}
-	got := make(chan *message.Message, 1000)
 	chaos.Consume(t, sub, topic, func(m *message.Message) {
 		rec.RecordMessage(m)
-		got <- m
+		p, _ := kafka.MessagePartitionFromCtx(m.Context())
+		k := m.Metadata.Get(chaos.KeyMetadata)
+		mu.Lock()
+		if keys[k] == nil {
+			keys[k] = map[int32]bool{}
+		}
+		keys[k][p] = true
+		mu.Unlock()
 	})
 	const n = 200
 	for i := 0; i < n; i++ {
@@ -59,15 +67,8 @@ func TestKafkaKeyedRoundTrip(t *testing.T) {
 	if !rec.WaitUnique(n, 10*time.Second, 30*time.Second) {
 		t.Fatalf("got %v", rec.Summary())
 	}
-	close(got)
-	for m := range got {
-		k := m.Metadata.Get(chaos.KeyMetadata)
-		if keys[k] == nil {
-			keys[k] = map[int32]bool{}
-		}
-		p, _ := kafka.MessagePartitionFromCtx(m.Context())
-		keys[k][p] = true
-	}
+	mu.Lock()
+	defer mu.Unlock()
 	for k, parts := range keys {
 		if len(parts) != 1 {
 			t.Errorf("key %s spread over partitions %v", k, parts)
