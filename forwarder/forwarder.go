@@ -84,6 +84,10 @@ type Forwarder struct {
 
 	stopping  chan struct{} // closed by Close: claim nothing new
 	abandon   chan struct{} // closed when the shutdown deadline passed
+	// hardCtx is cancelled with abandon: store calls of the claim loops and lane workers
+	// stop waiting for a database that does not answer.
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
 	closeOnce sync.Once
 	closeErr  error
 	closeDone chan struct{}
@@ -149,6 +153,7 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 		held:          make([]atomic.Bool, opts.Lanes),
 		parkedLanes:   map[int]time.Time{},
 	}
+	f.hardCtx, f.hardCancel = context.WithCancel(context.Background())
 	for i := range f.laneWake {
 		f.laneWake[i] = make(chan struct{}, 1)
 	}
@@ -272,6 +277,7 @@ func (f *Forwarder) Close() error {
 		f.mu.Unlock()
 		defer close(f.closeDone)
 		if !subscribed {
+			f.hardCancel()
 			return
 		}
 		done := make(chan struct{})
@@ -285,12 +291,14 @@ func (f *Forwarder) Close() error {
 		case <-timer.C:
 			f.logger.Info("Shutdown timeout: abandoning messages in flight (their claims expire)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})
 			close(f.abandon)
+			f.hardCancel()
 			<-done
 		}
 		timer.Stop()
 		close(f.out)
 		close(f.jobs)
 		f.services.Wait()
+		f.hardCancel()
 		f.logger.Info("Forwarder closed", nil)
 	})
 	<-f.closeDone

@@ -214,7 +214,7 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool) {
 func (f *Forwarder) startLane(holds map[int]*laneHold, lane int, token outbox.Token, until time.Time) bool {
 	h := &laneHold{lane: lane, token: token, release: make(chan struct{}), done: make(chan struct{})}
 	h.until.Store(until.UnixNano())
-	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.ctx, h.cancel = context.WithCancel(f.hardCtx)
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

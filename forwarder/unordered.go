@@ -42,7 +42,7 @@ type storeJob struct {
 // the claims of rows in flight.
 func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	defer f.emitters.Done()
-	ctx := context.Background()
+	ctx := f.hardCtx
 	cfg := &f.cfg
 	results := make(chan uResult, window) // never blocks: at most window watchers
 	batches := map[outbox.Token]*uBatch{}
@@ -328,9 +328,9 @@ func (f *Forwarder) runCompleters() {
 
 // runJob retries a store job on errors until the claim it relies on has expired.
 func (f *Forwarder) runJob(j storeJob) {
-	ctx := context.Background()
 	delay := 20 * time.Millisecond
 	for {
+		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ClaimTTL)
 		var err error
 		if c := j.complete; c != nil {
 			c.Now = f.now()
@@ -349,6 +349,7 @@ func (f *Forwarder) runJob(j storeJob) {
 				f.logger.Debug("Failed row no longer claimed (claim expired)", watermill.LogFields{"row_id": p.ID.String()})
 			}
 		}
+		cancel()
 		if err == nil {
 			return
 		}
