@@ -1,0 +1,247 @@
+package examplestest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+)
+
+// runTimeout bounds one example run; they take 1-6 s here.
+const runTimeout = 2 * time.Minute
+
+var build struct {
+	once sync.Once
+	dir  string
+	out  []byte
+	err  error
+}
+
+// binary returns the path of the built example (all are built once, together).
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	build.once.Do(func() {
+		build.dir, build.err = os.MkdirTemp("", "outbox-examples-")
+		if build.err != nil {
+			return
+		}
+		gotool := "go"
+		if p, err := exec.LookPath("go"); err == nil {
+			gotool = p
+		} else {
+			gotool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		// "./_examples/..." matches nothing (the go tool skips "_" directories even
+		// there), so every example directory is named.
+		root := filepath.Join("..", "..")
+		entries, err := os.ReadDir(filepath.Join(root, "_examples"))
+		if err != nil {
+			build.err = err
+			return
+		}
+		args := []string{"build", "-o", build.dir + string(filepath.Separator)}
+		for _, e := range entries {
+			if e.IsDir() {
+				args = append(args, "./_examples/"+e.Name())
+			}
+		}
+		cmd := exec.Command(gotool, args...)
+		cmd.Dir = root
+		build.out, build.err = cmd.CombinedOutput()
+	})
+	if build.err != nil {
+		t.Fatalf("go build ./_examples/*: %v\n%s", build.err, build.out)
+	}
+	return filepath.Join(build.dir, name)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// run runs an example with args, with a timeout, and returns its exit code and output.
+func run(t *testing.T, name string, args ...string) result {
+	t.Helper()
+	bin := binary(t, name)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	if ctx.Err() != nil {
+		t.Fatalf("%s did not finish within %s\nstdout:\n%s\nstderr:\n%s", name, runTimeout, r.stdout, r.stderr)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %s: %v", name, err)
+	}
+	return r
+}
+
+// mustSucceed fails unless the run exited 0 and printed every line fragment of want.
+func mustSucceed(t *testing.T, r result, want ...string) {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("output lacks %q\nstdout:\n%s\nstderr:\n%s", w, r.stdout, r.stderr)
+		}
+	}
+}
+
+// dropTables removes the tables an example created with prefix.
+func dropTables(t *testing.T, driver, dsn, prefix string, tables ...string) {
+	t.Cleanup(func() {
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		q := "`"
+		if driver == "pgx" {
+			q = `"`
+		}
+		for _, tbl := range tables {
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + q + prefix + tbl + q)
+		}
+	})
+}
+
+var outboxTables = []string{"outbox", "outbox_lanes", "outbox_nodes"}
+
+// quickstartSummary are the summary lines of a successful quickstart run.
+var quickstartSummary = []string{
+	"sent (committed)               10 messages in 9 transactions",
+	"received                       10 of 10",
+	"rolled back, not sent          1: its message never arrived, no order row (0 found)",
+	"per-key order held             yes (alice 1,2,3,4; bob 1,2; carol 1,2,3)",
+	"scheduled delivered after due  yes",
+	"\nOK\n",
+}
+
+func TestQuickstart(t *testing.T) {
+	t.Run("mysql+kafka", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.DSN(t, testenv.MySQL)
+		prefix := testenv.Prefix(t)
+		dropTables(t, "mysql", dsn, prefix, append(outboxTables, "orders")...)
+		r := run(t, "quickstart", "-db", "mysql", "-dsn", dsn, "-prefix", prefix)
+		mustSucceed(t, r, quickstartSummary...)
+		mustSucceed(t, r, "in-process Kafka (kfake)", "partition ")
+	})
+	t.Run("postgres+kafka", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.DSN(t, testenv.Postgres)
+		prefix := testenv.Prefix(t)
+		dropTables(t, "pgx", dsn, prefix, append(outboxTables, "orders")...)
+		r := run(t, "quickstart", "-db", "postgres", "-dsn", dsn, "-prefix", prefix)
+		mustSucceed(t, r, quickstartSummary...)
+	})
+	t.Run("mysql+amqp", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.DSN(t, testenv.MySQL)
+		url := testenv.DSN(t, testenv.AMQP)
+		prefix := testenv.Prefix(t)
+		dropTables(t, "mysql", dsn, prefix, append(outboxTables, "orders")...)
+		r := run(t, "quickstart", "-db", "mysql", "-dsn", dsn, "-broker", "amqp", "-amqp-url", url, "-prefix", prefix)
+		mustSucceed(t, r, quickstartSummary...)
+		mustSucceed(t, r, "RabbitMQ at ")
+	})
+	t.Run("sqlserver+kafka", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.DSN(t, testenv.SQLServer)
+		r := run(t, "quickstart", "-db", "sqlserver", "-dsn", dsn, "-prefix", testenv.Prefix(t))
+		mustSucceed(t, r, quickstartSummary...)
+	})
+}
+
+// A database that is not there: exit 1, the host named, the password not shown.
+func TestQuickstartUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	r := run(t, "quickstart", "-dsn", "app:Sup3rSecret@tcp(127.0.0.1:1)/test", "-timeout", "20s")
+	if r.code != 1 {
+		t.Fatalf("exit status %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "127.0.0.1:1") || !strings.Contains(r.stderr, "app:xxxxx@tcp(127.0.0.1:1)/test") {
+		t.Errorf("stderr does not name the server:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, "Sup3rSecret") {
+		t.Errorf("the password appears in the output:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "FAIL") {
+		t.Errorf("stdout lacks FAIL:\n%s", r.stdout)
+	}
+}
+
+func TestExistingTx(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.MySQL)
+	prefix := testenv.Prefix(t)
+	dropTables(t, "mysql", dsn, prefix, append(outboxTables, "accounts")...)
+	mustSucceed(t, run(t, "existing-tx", "-dsn", dsn, "-prefix", prefix), "OK: existing-tx:")
+}
+
+func TestRouterMiddleware(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.MySQL)
+	prefix := testenv.Prefix(t)
+	dropTables(t, "mysql", dsn, prefix, append(outboxTables, "orders")...)
+	mustSucceed(t, run(t, "router-middleware", "-dsn", dsn, "-prefix", prefix), "OK: router-middleware:")
+}
+
+func TestRabbitMQ(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.MySQL)
+	url := testenv.DSN(t, testenv.AMQP)
+	prefix := testenv.Prefix(t)
+	dropTables(t, "mysql", dsn, prefix, outboxTables...)
+	mustSucceed(t, run(t, "rabbitmq", "-dsn", dsn, "-amqp-url", url, "-prefix", prefix), "OK: rabbitmq:")
+}
+
+// The kafka example is written for the compose broker; here it runs against an
+// in-process one (kfake speaks the protocol, consumer groups included).
+func TestKafka(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.MySQL)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	prefix := testenv.Prefix(t)
+	dropTables(t, "mysql", dsn, prefix, outboxTables...)
+	mustSucceed(t, run(t, "kafka", "-dsn", dsn, "-brokers", strings.Join(cluster.ListenAddrs(), ","), "-prefix", prefix), "OK: kafka:")
+}
+
+func TestSQLServer(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.SQLServer)
+	mustSucceed(t, run(t, "sqlserver", "-dsn", dsn), "OK: sqlserver:")
+}
