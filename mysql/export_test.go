@@ -14,3 +14,6 @@ func HotQueries(s *Store) map[string]string {
 		"claim unordered":    s.q.claimUnordered,
 	}
 }
+
+// Translate is the driver-error translation every method applies at its edge.
+var Translate = translate

@@ -301,9 +301,53 @@ func TestClaimDoesNotBlockInserts(t *testing.T) {
 	}
 }
 
-// Deadlocks (1213) and lock wait timeouts (1205) reach the caller as retryable errors.
+// Deadlocks (1213) and lock wait timeouts (1205) reach the caller as retryable errors;
+// a store operation chosen as a deadlock victim runs again by itself.
 func TestErrorTranslation(t *testing.T) {
 	t.Run("deadlock", func(t *testing.T) {
+		db := openDB(t, plainDSN)
+		ctx := t.Context()
+		s := newStore(t, db, 4)
+		recs := []outbox.Record{record("", 4, []byte("a")), record("", 4, []byte("b"))}
+		insert(t, ctx, db, s, recs)
+		table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
+		lock := func(tx *sql.Tx, r outbox.Record) error {
+			_, err := tx.ExecContext(ctx, "UPDATE "+table+" SET attempts = attempts + 1 WHERE id = ?", r.ID[:])
+			return err
+		}
+		tx1, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx1.Rollback()
+		tx2, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx2.Rollback()
+		if err := lock(tx1, recs[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := lock(tx2, recs[1]); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- lock(tx1, recs[1]) }()
+		waitForLockWait(t, db, s.Options().TablePrefix, nil)
+		go func() { errs <- lock(tx2, recs[0]) }()
+		// One of the two is the victim (its transaction is rolled back, so the other goes on).
+		err = errors.Join(<-errs, <-errs)
+		var me *driver.MySQLError
+		if !errors.As(err, &me) || me.Number != 1213 {
+			t.Fatalf("crossed locks: %v; want deadlock 1213", err)
+		}
+		translated := mysql.Translate(err)
+		if !outbox.IsRetryable(translated) || !errors.As(translated, &me) {
+			t.Fatalf("Translate(%v) = %v; want retryable, MySQLError reachable", err, translated)
+		}
+	})
+
+	t.Run("deadlock victim retried", func(t *testing.T) {
 		db := openDB(t, plainDSN)
 		ctx := t.Context()
 		s := newStore(t, db, 4)
@@ -319,6 +363,15 @@ func TestErrorTranslation(t *testing.T) {
 			t.Fatalf("Claim = %d, %v", len(claimed), err)
 		}
 		table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
+		deadlocks := func() int64 {
+			var name string
+			var n int64
+			if err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'").Scan(&name, &n); err != nil {
+				t.Skipf("no Innodb_deadlocks counter: %v", err)
+			}
+			return n
+		}
+		before := deadlocks()
 
 		// The other transaction is heavier (it changed 200 rows), so InnoDB picks the
 		// store's DELETE as the deadlock victim.
@@ -334,27 +387,26 @@ func TestErrorTranslation(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
+		var n int
 		go func() {
 			// Locks a, then waits for b.
-			_, err := s.Complete(ctx, outbox.CompleteParams{Token: tok, IDs: []outbox.ID{a.ID, b.ID}, Now: t0, Lane: outbox.Unordered})
+			var err error
+			n, err = s.Complete(ctx, outbox.CompleteParams{Token: tok, IDs: []outbox.ID{a.ID, b.ID}, Now: t0, Lane: outbox.Unordered})
 			done <- err
 		}()
 		waitForLockWait(t, db, s.Options().TablePrefix, done)
-		otherErr := make(chan error, 1)
-		go func() {
-			_, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", a.ID[:])
-			otherErr <- err
-		}()
-		err = <-done
-		var me *driver.MySQLError
-		if !errors.As(err, &me) || me.Number != 1213 {
-			t.Fatalf("Complete error = %v; want deadlock 1213", err)
-		}
-		if !outbox.IsRetryable(err) {
-			t.Fatalf("deadlock error %v is not retryable", err)
-		}
-		if err := <-otherErr; err != nil {
+		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", a.ID[:]); err != nil {
 			t.Fatalf("the other transaction: %v", err)
+		}
+		if got := deadlocks(); got <= before {
+			t.Fatalf("Innodb_deadlocks %d -> %d: no deadlock happened", before, got)
+		}
+		// The retried DELETE now waits for the other transaction, which gives up.
+		if err := other.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil || n != 2 {
+			t.Fatalf("Complete as a deadlock victim = %d, %v; want 2, nil (retried)", n, err)
 		}
 	})
 
@@ -391,10 +443,12 @@ func waitForLockWait(t *testing.T, db *sql.DB, prefix string, done <-chan error)
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		select {
-		case err := <-done:
-			t.Fatalf("the statement that should wait for a lock returned: %v", err)
-		default:
+		if done != nil {
+			select {
+			case err := <-done:
+				t.Fatalf("the statement that should wait for a lock returned: %v", err)
+			default:
+			}
 		}
 		var n int
 		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND INSTR(trx_query, ?) > 0", prefix).Scan(&n); err != nil {

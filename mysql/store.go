@@ -15,10 +15,12 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// ClaimRetries is how many times Claim retries a deadlock or lock wait timeout before
-// returning it as an *outbox.RetryableError. SKIP LOCKED claims racing deletes at READ
-// COMMITTED still deadlock now and then on InnoDB; a retry almost always succeeds.
-const ClaimRetries = 3
+// DeadlockAttempts is how many times an operation runs when InnoDB picks it as a
+// deadlock victim (1213) before the error is returned as an *outbox.RetryableError. SKIP
+// LOCKED claims racing deletes at READ COMMITTED still deadlock now and then; the victim's
+// work was rolled back, so running it again is safe and almost always succeeds. Lock wait
+// timeouts (1205) are not retried: they already waited innodb_lock_wait_timeout.
+const DeadlockAttempts = 3
 
 // Store is the MySQL / MariaDB outbox.Store. It is safe for concurrent use.
 type Store struct {
@@ -76,6 +78,11 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// inTxRetry is inTx, run again when the transaction was a deadlock victim.
+func (s *Store) inTxRetry(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return retryDeadlocks(ctx, func() error { return s.inTx(ctx, fn) })
 }
 
 func (s *Store) checkLane(lane int) error {
@@ -150,26 +157,45 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 	if c.Limit <= 0 {
 		return out, ctx.Err()
 	}
-	for attempt := 0; ; attempt++ {
+	err = retryDeadlocks(ctx, func() error {
+		var err error
 		if c.Lane == outbox.Unordered {
 			out, err = s.claimUnordered(ctx, c, now, until, dst[:0])
 		} else {
 			out, err = s.claimLane(ctx, c, now, until, dst[:0])
 		}
-		if err == nil {
-			return out, nil
+		return err
+	})
+	if err != nil {
+		return dst[:0], wrapErr("claim", err)
+	}
+	return out, nil
+}
+
+// retryDeadlocks runs fn until it succeeds, fails otherwise than by a deadlock, or has
+// run DeadlockAttempts times. fn must start from scratch on every call.
+func retryDeadlocks(ctx context.Context, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || attempt >= DeadlockAttempts || !isDeadlock(err) || ctx.Err() != nil {
+			return err
 		}
-		if attempt+1 >= ClaimRetries || !outbox.IsRetryable(translate(err)) || ctx.Err() != nil {
-			return dst[:0], wrapErr("claim", err)
-		}
-		// A deadlock victim's transaction is rolled back: nothing was claimed. Back off a
-		// little so that the winner finishes.
+		// Back off a little so that the winner finishes.
 		select {
 		case <-ctx.Done():
-			return dst[:0], wrapErr("claim", ctx.Err())
-		case <-time.After(time.Duration(attempt+1) * time.Millisecond):
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt) * time.Millisecond):
 		}
 	}
+}
+
+// exec runs one autocommit statement, again when it was a deadlock victim.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (res sql.Result, err error) {
+	err = retryDeadlocks(ctx, func() error {
+		res, err = s.db.ExecContext(ctx, query, args...)
+		return err
+	})
+	return res, err
 }
 
 func (s *Store) claimUnordered(ctx context.Context, c outbox.ClaimParams, now, until string, out []outbox.Record) ([]outbox.Record, error) {
@@ -383,7 +409,8 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 	update := s.q.renewUpdate + string(idFilter)
 	count := s.q.renewCount + string(idFilter)
 	var found int64
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
+		found = 0
 		if r.Lane != outbox.Unordered {
 			var one int
 			err := tx.QueryRowContext(ctx, s.q.leaseShare, int64(r.Lane), r.Lease[:], now).Scan(&one)
@@ -424,7 +451,7 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 	b = append(b, ')')
 	args := []any{c.Token[:], now}
 	b, args = s.fence(b, args, c.Lane, c.Lease, now)
-	res, err := s.db.ExecContext(ctx, string(b), args...)
+	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("complete", err)
 	}
@@ -454,7 +481,7 @@ func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error
 	}
 	args := []any{r.Token[:], now}
 	b, args = s.fence(b, args, r.Lane, r.Lease, now)
-	res, err := s.db.ExecContext(ctx, string(b), args...)
+	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("release", err)
 	}
@@ -495,7 +522,7 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	args = append(args, f.ID[:], f.Token[:], now)
 	q, args := s.fence([]byte(b.String()), args, f.Lane, f.Lease, now)
 	// attempts always changes, so affected rows is exact whatever clientFoundRows says.
-	res, err := s.db.ExecContext(ctx, string(q), args...)
+	res, err := s.exec(ctx, string(q), args...)
 	if err != nil {
 		return false, wrapErr("fail", err)
 	}
@@ -524,7 +551,7 @@ func (s *Store) Park(ctx context.Context, id outbox.ID, reason string, now time.
 		return false, fmt.Errorf("mysql: park: now: %w", err)
 	}
 	// status changes from pending, so affected rows is exact.
-	res, err := s.db.ExecContext(ctx, s.q.park, errorText(reason), id[:], nowArg)
+	res, err := s.exec(ctx, s.q.park, errorText(reason), id[:], nowArg)
 	if err != nil {
 		return false, wrapErr("park", err)
 	}
@@ -667,7 +694,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 		return 0, fmt.Errorf("mysql: requeue: %w", err)
 	}
 	args = append([]any{nowArg}, args...)
-	res, err := s.db.ExecContext(ctx, string(b), args...)
+	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("requeue", err)
 	}
@@ -681,7 +708,7 @@ func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("mysql: purge: %w", err)
 	}
-	res, err := s.db.ExecContext(ctx, string(b), args...)
+	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("purge", err)
 	}
@@ -718,7 +745,8 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 		return false, fmt.Errorf("mysql: acquire lease: Until: %w", err)
 	}
 	held := false
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
+		held = false
 		var same, live bool
 		err := tx.QueryRowContext(ctx, s.q.leaseLock, l.Token[:], now, int64(l.Lane)).Scan(&same, &live)
 		switch {
@@ -761,7 +789,8 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 		return false, fmt.Errorf("mysql: renew lease: Until: %w", err)
 	}
 	held := false
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
+		held = false
 		var one int
 		err := tx.QueryRowContext(ctx, s.q.leaseRenewLock, int64(l.Lane), l.Token[:], now).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -782,7 +811,7 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 
 // ReleaseLease deletes the lease of lane held with token, live or not.
 func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.q.leaseRelease, int64(lane), token[:])
+	res, err := s.exec(ctx, s.q.leaseRelease, int64(lane), token[:])
 	if err != nil {
 		return false, wrapErr("release lease", err)
 	}
@@ -827,7 +856,7 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, until time.Time) er
 	if err != nil {
 		return fmt.Errorf("mysql: heartbeat: until: %w", err)
 	}
-	_, err = s.db.ExecContext(ctx, s.q.heartbeat, owner, u, u)
+	_, err = s.exec(ctx, s.q.heartbeat, owner, u, u)
 	return wrapErr("heartbeat", err)
 }
 
@@ -862,6 +891,6 @@ func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
 
 // Leave removes owner's heartbeat.
 func (s *Store) Leave(ctx context.Context, owner string) error {
-	_, err := s.db.ExecContext(ctx, s.q.leave, owner)
+	_, err := s.exec(ctx, s.q.leave, owner)
 	return wrapErr("leave", err)
 }

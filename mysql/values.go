@@ -183,6 +183,11 @@ func translate(err error) error {
 	return err
 }
 
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == erLockDeadlock
+}
+
 func isDupEntry(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == erDupEntry
