@@ -439,3 +439,35 @@ func TestRouterMiddlewareApplies(t *testing.T) {
 		}
 	})
 }
+
+// While the database refuses every call the forwarder backs off (a bounded number of
+// attempts, no hot loop) and it recovers unaided when the database is back.
+func TestStoreOutageBacksOffAndRecovers(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		st := &outageStore{Store: tb.store}
+		cfg := fastConfig() // polls 10ms doubling to 50ms
+		f, _ := start(t, st, Targets{"": rec}, cfg)
+		waitFor(t, 5*time.Second, "lanes held", func() bool { return len(f.Stats().HeldLanes) == tb.opts.Lanes })
+		st.down.Store(true)
+		const outage = 500 * time.Millisecond
+		key := keyInLane(1, tb.opts.Lanes, 0)
+		tb.insert(t, tb.row("t", "", "u"), tb.row("t", key, key+"/0"))
+		f.Notify(outbox.Commit{Lanes: []int{lanesOf(t, tb, key)}, Unordered: 1})
+		time.Sleep(outage)
+		st.down.Store(false)
+		refused := st.refused.Load()
+		t.Logf("%d calls refused during the outage", refused)
+		// 8 lane workers, 2 claimers and the lease manager, each backing off to 50ms:
+		// about 11 loops × outage/50ms, far below a hot loop's thousands.
+		if limit := int64(11*outage/cfg.MaxPollInterval) * 2; refused > limit {
+			t.Fatalf("%d calls refused during a %s outage (limit %d): hot loop", refused, outage, limit)
+		}
+		waitFor(t, 10*time.Second, "recovered", func() bool { return len(rec.got()) == 2 && tb.rows(t) == 0 })
+	})
+}
+
+func lanesOf(t *testing.T, tb *table, key string) int {
+	t.Helper()
+	return tb.row("t", key, "").Lane
+}

@@ -334,3 +334,56 @@ func (tb *table) corruptHeaders(t testing.TB, id outbox.ID) {
 		t.Fatal(err)
 	}
 }
+
+// outageStore fails every call with a connection error while down is set, counting the
+// calls it refused (a real store underneath; only the outage is simulated).
+type outageStore struct {
+	outbox.Store
+	down    atomic.Bool
+	refused atomic.Int64
+}
+
+var errOutage = errors.New("dial tcp 127.0.0.1:3306: connect: connection refused")
+
+func (o *outageStore) fail() error {
+	if o.down.Load() {
+		o.refused.Add(1)
+		return errOutage
+	}
+	return nil
+}
+
+func (o *outageStore) Claim(ctx context.Context, p outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
+	if err := o.fail(); err != nil {
+		return dst[:0], err
+	}
+	return o.Store.Claim(ctx, p, dst)
+}
+
+func (o *outageStore) Complete(ctx context.Context, p outbox.CompleteParams) (int, error) {
+	if err := o.fail(); err != nil {
+		return 0, err
+	}
+	return o.Store.Complete(ctx, p)
+}
+
+func (o *outageStore) RenewLease(ctx context.Context, p outbox.LeaseParams) (bool, error) {
+	if err := o.fail(); err != nil {
+		return false, err
+	}
+	return o.Store.RenewLease(ctx, p)
+}
+
+func (o *outageStore) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+	if err := o.fail(); err != nil {
+		return err
+	}
+	return o.Store.Heartbeat(ctx, owner, until)
+}
+
+func (o *outageStore) Members(ctx context.Context, now time.Time) ([]string, error) {
+	if err := o.fail(); err != nil {
+		return nil, err
+	}
+	return o.Store.Members(ctx, now)
+}
