@@ -138,7 +138,9 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool) {
 	if f.isStopping() {
 		return
 	}
-	if f.cfg.StopLaneOnPoison {
+	if renew && f.cfg.StopLaneOnPoison {
+		// Parked rows are few by design; listing them every renewal keeps stopped lanes
+		// stopped across handovers and restarts, and resumes them once requeued.
 		f.refreshParkedLanes(ctx)
 	}
 	members, err := f.store.Members(ctx, f.now())
