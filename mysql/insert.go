@@ -67,7 +67,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	defer func() {
 		clear(buf.args) // drop references to the caller's bytes
 		buf.args = buf.args[:0]
-		if cap(buf.sql) <= 1<<20 {
+		if cap(buf.sql) <= 8<<20 { // keeps the buffers of up to ~40,000-row batches
 			insertPool.Put(buf)
 		}
 	}()

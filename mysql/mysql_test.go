@@ -463,3 +463,35 @@ func waitForLockWait(t *testing.T, db *sql.DB, prefix string, done <-chan error)
 	}
 	t.Fatal("no transaction started waiting for a lock")
 }
+
+// The longest prefix (52 characters, with a backtick and non-ASCII BMP characters) makes
+// 64-character table names that work end to end.
+func TestLongestPrefix(t *testing.T) {
+	db := openDB(t, plainDSN)
+	ctx := t.Context()
+	p := testenv.Prefix(t) // 15 characters
+	p += "é`ü" + strings.Repeat("ø", mysql.MaxTablePrefixChars-len([]rune(p))-3)
+	opts := outbox.Options{TablePrefix: p, Lanes: 4}
+	s, err := mysql.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, table := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + mysql.QualifiedTable(opts, table))
+		}
+	})
+	if err := s.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := record("k", 4, []byte("x"))
+	insert(t, ctx, db, s, []outbox.Record{r})
+	lease := outbox.NewToken()
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: r.Lane, Token: lease, Now: t0, Until: t0.Add(time.Minute)}); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	got, err := s.Claim(ctx, outbox.ClaimParams{Lane: r.Lane, Limit: 1, Now: t0, Until: t0.Add(time.Minute), Token: outbox.NewToken(), Lease: lease}, nil)
+	if err != nil || len(got) != 1 || got[0].ID != r.ID {
+		t.Fatalf("Claim = %v, %v", got, err)
+	}
+}

@@ -726,6 +726,9 @@ func (s *Store) checkLease(l outbox.LeaseParams) error {
 	if !validUTF8Max(l.Owner, maxOwner) {
 		return fmt.Errorf("Owner must be valid UTF-8 of at most %d characters", maxOwner)
 	}
+	if !l.Until.After(l.Now) {
+		return errors.New("Until must be after Now")
+	}
 	return nil
 }
 
