@@ -14,6 +14,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/lanes"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -31,10 +32,16 @@ const (
 // Short lease and claim lifetimes so that the takeover happens within seconds: the dead
 // forwarder's lanes move after LeaseTTL, and its claimed head rows free the lane after
 // ClaimTTL.
-const (
-	crashLeaseTTL = 1500 * time.Millisecond
-	crashClaimTTL = 3 * time.Second
-)
+// OUTBOX_CRASH_CLAIM_TTL overrides the claim lifetime (to measure the takeover with the
+// default, for example).
+const crashLeaseTTL = 1500 * time.Millisecond
+
+func crashClaimTTL() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("OUTBOX_CRASH_CLAIM_TTL")); err == nil {
+		return d
+	}
+	return 3 * time.Second
+}
 
 // TestHelperProcess is not a test: StartChild re-executes the test binary into it to run
 // a forwarder in a process of its own, which the crash test kills with SIGKILL. It
@@ -50,8 +57,8 @@ func TestHelperProcess(t *testing.T) {
 		}
 	}
 	db := e.openDSN(t, os.Getenv(envDSN))
-	lanes, _ := strconv.Atoi(os.Getenv(envLanes))
-	store, err := e.newStore(db, outbox.Options{TablePrefix: os.Getenv(envPrefix), Lanes: lanes})
+	laneCount, _ := strconv.Atoi(os.Getenv(envLanes))
+	store, err := e.newStore(db, outbox.Options{TablePrefix: os.Getenv(envPrefix), Lanes: laneCount})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +67,7 @@ func TestHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fwd, err := forwarder.New(store, forwarder.Targets{"": pub}, forwarder.Config{Owner: os.Getenv(envOwner), LeaseTTL: ttl, ClaimTTL: crashClaimTTL}, nil)
+	fwd, err := forwarder.New(store, forwarder.Targets{"": pub}, forwarder.Config{Owner: os.Getenv(envOwner), LeaseTTL: ttl, ClaimTTL: crashClaimTTL()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +97,13 @@ func TestE2E_CrashSIGKILL(t *testing.T) {
 }
 
 func testCrash(t *testing.T, e engine) {
-	const lanes, keys = 64, 100
+	const lanesN, keys = 64, 100
 	total := 6000
 	if fullRun() {
 		total = 30000
 	}
 	db, dsn := e.open(t)
-	store := e.table(t, db, lanes)
+	store := e.table(t, db, lanesN)
 	topic := chaos.UniqueName("crash_")
 	brokers := chaos.StartKafka(t, topic)
 	rec := chaos.NewRecorder()
@@ -105,14 +112,14 @@ func testCrash(t *testing.T, e engine) {
 	childOwner := "child-" + chaos.UniqueName("")
 	child := chaos.StartChild(t, "TestHelperProcess", "forwarder",
 		envEngine+"="+e.name, envDSN+"="+dsn, envPrefix+"="+store.Options().TablePrefix,
-		envLanes+"="+strconv.Itoa(lanes), envBrokers+"="+strings.Join(brokers, ","),
+		envLanes+"="+strconv.Itoa(lanesN), envBrokers+"="+strings.Join(brokers, ","),
 		envOwner+"="+childOwner, envLease+"="+crashLeaseTTL.String())
 
 	fwds := make([]*forwarder.Forwarder, 2)
 	for i := range fwds {
 		pub := chaos.KafkaPublisher(t, brokers, chaos.KeyFromMetadata(publisher.MetadataOrderingKey))
 		fwds[i] = newForwarder(t, store, forwarder.Targets{"": pub}, forwarder.Config{
-			Owner: fmt.Sprintf("parent-%d", i), LeaseTTL: crashLeaseTTL, ClaimTTL: crashClaimTTL,
+			Owner: fmt.Sprintf("parent-%d", i), LeaseTTL: crashLeaseTTL, ClaimTTL: crashClaimTTL(),
 		})
 		runForwarder(t, fwds[i])
 	}
@@ -120,9 +127,9 @@ func testCrash(t *testing.T, e engine) {
 	defer cancel()
 
 	// Wait until the lanes are spread over the three forwarders.
-	childLanes := waitLeases(t, store, childOwner, lanes/3-1, 15*time.Second)
+	childLanes := waitLeases(t, store, childOwner, lanesN/3-1, 15*time.Second)
 	for i := range fwds {
-		waitLeases(t, store, fmt.Sprintf("parent-%d", i), lanes/3-1, 15*time.Second)
+		waitLeases(t, store, fmt.Sprintf("parent-%d", i), lanesN/3-1, 15*time.Second)
 	}
 	childLanes = leasesOf(t, store, childOwner)
 	t.Logf("child %d holds %d lanes", child.Pid(), len(childLanes))
@@ -152,9 +159,32 @@ func testCrash(t *testing.T, e engine) {
 	if err := <-writeDone; err != nil {
 		t.Fatal(err)
 	}
-	ok := rec.WaitUnique(total, 20*time.Second, 2*time.Minute)
+	ok := rec.WaitUnique(total, 20*time.Second+crashClaimTTL(), 2*time.Minute)
 	t.Logf("all delivered=%v %s after the kill", ok, time.Since(killedAt).Round(time.Millisecond))
 	checkDelivered(t, rec, uuidsOf(msgs))
+
+	// Takeover time: when did each key of the dead forwarder's lanes deliver again?
+	dead := map[int]bool{}
+	for _, l := range childLanes {
+		dead[l] = true
+	}
+	var worst time.Duration
+	resumed, stuck := 0, 0
+	firsts := rec.FirstAfter(killedAt)
+	for k := 0; k < keys; k++ {
+		key := "k" + strconv.Itoa(k)
+		if !dead[lanes.Of(key, lanesN)] {
+			continue
+		}
+		if at, ok := firsts[key]; ok {
+			resumed++
+			worst = max(worst, at.Sub(killedAt))
+		} else {
+			stuck++ // all its messages went out before the kill
+		}
+	}
+	t.Logf("takeover: %d keys of the dead forwarder's lanes resumed, the last %s after the kill (LeaseTTL %s, ClaimTTL %s); %d keys had nothing left",
+		resumed, worst.Round(time.Millisecond), crashLeaseTTL, crashClaimTTL(), stuck)
 
 	// The dead forwarder's lanes belong to the survivors now.
 	leases, err := store.Leases(ctx)

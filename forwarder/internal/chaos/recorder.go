@@ -35,6 +35,7 @@ type Recorder struct {
 	total      int
 	changed    chan struct{}
 	last       time.Time
+	firsts     map[string][]time.Time // key -> times of first deliveries
 }
 
 // NewRecorder returns an empty recorder.
@@ -42,6 +43,7 @@ func NewRecorder() *Recorder {
 	return &Recorder{
 		seen:    make(map[string]int),
 		maxSeq:  make(map[string]int),
+		firsts:  make(map[string][]time.Time),
 		changed: make(chan struct{}, 1),
 	}
 }
@@ -57,6 +59,7 @@ func (r *Recorder) Record(uuid, key string, seq int) {
 	if n > 0 {
 		r.dups++
 	} else if key != "" && seq >= 0 {
+		r.firsts[key] = append(r.firsts[key], r.last)
 		prev, ok := r.maxSeq[key]
 		switch {
 		case !ok || seq > prev:
@@ -92,6 +95,22 @@ func KeySeq(msg *message.Message) (string, int) {
 		}
 	}
 	return msg.Metadata.Get(KeyMetadata), seq
+}
+
+// FirstAfter returns, per key, when its first new message (not a duplicate) arrived at
+// or after t; keys with none are absent. It shows when a key's lane resumed after an
+// event such as a crash.
+func (r *Recorder) FirstAfter(t time.Time) map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]time.Time)
+	for k, ts := range r.firsts {
+		i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(t) })
+		if i < len(ts) {
+			out[k] = ts[i]
+		}
+	}
+	return out
 }
 
 // Unique returns the number of distinct messages delivered.
