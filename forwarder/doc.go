@@ -21,8 +21,8 @@
 // # Unordered rows
 //
 // Rows without an ordering key are claimed in batches (ClaimBatch) with a fresh token by
-// the store's SKIP LOCKED / READPAST claim, so any number of forwarders share them. Up
-// to InFlight messages are in flight at once; acks are coalesced into batched deletes
+// the store's SKIP LOCKED / READPAST claim, so any number of forwarders share them.
+// Claimers loops claim concurrently, sharing a window of InFlight messages in flight; acks are coalesced into batched deletes
 // (after CompleteDelay or when a batch fills); claims of rows still in flight are renewed
 // before ClaimTTL runs out.
 //
