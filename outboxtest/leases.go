@@ -1,7 +1,9 @@
 package outboxtest
 
 import (
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ func leaseTests() []subtest {
 		{"AcquireRenewTakeover", testLeaseLifecycle},
 		{"Release", testLeaseRelease},
 		{"List", testLeaseList},
+		{"AcquireRace", testLeaseAcquireRace},
 	}
 }
 
@@ -279,4 +282,55 @@ func testMembers(t *testing.T, h Harness) {
 		t.Fatalf("Leave of an unknown owner: %v", err)
 	}
 	members(at(0), "node-b")
+}
+
+// Forwarders racing for a free lane, and then for its expired lease, get exactly one
+// winner each time (transient errors count as losing).
+func testLeaseAcquireRace(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	const racers = 8
+	race := func(round int, now, until time.Time) outbox.Token {
+		t.Helper()
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []outbox.Token
+			errs    []error
+		)
+		start := make(chan struct{})
+		for i := 0; i < racers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tok := outbox.NewToken()
+				<-start
+				ok, err := e.store.AcquireLease(e.ctx, lp(2, fmt.Sprintf("node-%d-%d", round, i), tok, now, until))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil && !outbox.IsRetryable(err) {
+					errs = append(errs, err)
+				}
+				if ok && err == nil {
+					winners = append(winners, tok)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			t.Errorf("round %d: AcquireLease: %v", round, err)
+		}
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d racers acquired the lease, want exactly 1", round, len(winners))
+		}
+		return winners[0]
+	}
+	for round := 0; round < 5; round++ {
+		now := at(time.Duration(round) * time.Minute)
+		tok := race(round, now, now.Add(time.Minute))
+		ls := e.leases()
+		if len(ls) != 1 || ls[0].Token != tok {
+			t.Fatalf("round %d: Leases = %+v, want the winner's token %s", round, ls, tok)
+		}
+	}
 }
