@@ -22,9 +22,9 @@
 //
 // Rows without an ordering key are claimed in batches (ClaimBatch) with a fresh token by
 // the store's SKIP LOCKED / READPAST claim, so any number of forwarders share them.
-// Claimers loops claim concurrently, sharing a window of InFlight messages in flight; acks are coalesced into batched deletes
-// (after CompleteDelay or when a batch fills); claims of rows still in flight are renewed
-// before ClaimTTL runs out.
+// Claimers loops claim concurrently, sharing a window of InFlight messages in flight;
+// acks are coalesced into batched deletes (after CompleteDelay or when a batch fills);
+// claims of rows still in flight are renewed before ClaimTTL runs out.
 //
 // # Ordered lanes
 //
