@@ -1,0 +1,445 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/mysql"
+	"github.com/relayer-go/watermill-outbox/postgres"
+	"github.com/relayer-go/watermill-outbox/sqlserver"
+)
+
+// ---------------------------------------------------------------- schema
+
+func schemaPrint(_ context.Context, o *opts, w io.Writer) error {
+	var script string
+	var err error
+	switch o.dialect {
+	case "postgres":
+		script, err = postgres.CreateScript(o.options())
+	case "sqlserver":
+		script, err = sqlserver.CreateScript(sqlserver.Options{Options: o.options()})
+	default:
+		script, err = mysql.CreateScript(o.options())
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "-- watermill-outbox schema for %s, prefix %q, schema %q (idempotent)\n", o.dialect, o.prefix, o.schema)
+	_, err = io.WriteString(w, script)
+	return err
+}
+
+func schemaApply(ctx context.Context, o *opts, w io.Writer) error {
+	t, err := connect(ctx, o, false)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if err := t.store.CreateSchema(ctx); err != nil {
+		return fmt.Errorf("schema apply on %s: %s", o.where(), o.scrub(err))
+	}
+	opts := o.options()
+	fmt.Fprintf(w, "schema applied on %s: %s, %s, %s\n", o.where(),
+		qualified(o, opts.OutboxTable()), qualified(o, opts.LanesTable()), qualified(o, opts.NodesTable()))
+	return nil
+}
+
+// ---------------------------------------------------------------- stats
+
+type laneJSON struct {
+	Lane           int        `json:"lane"` // -1 = unordered rows
+	Ordered        bool       `json:"ordered"`
+	Eligible       int64      `json:"eligible"`
+	OldestEligible *time.Time `json:"oldest_eligible,omitempty"`
+	OldestAgeSec   float64    `json:"oldest_age_seconds"`
+}
+
+type statsJSON struct {
+	Table        string     `json:"table"`
+	Dialect      string     `json:"dialect"`
+	Lanes        int        `json:"lanes"`
+	Now          time.Time  `json:"now"`
+	Eligible     int64      `json:"eligible"`
+	Parked       int64      `json:"parked"`
+	OldestAgeSec float64    `json:"oldest_age_seconds"`
+	MaxLane      *int       `json:"max_lane"` // greatest lane in the table; null = no ordered rows
+	LaneMismatch bool       `json:"lane_mismatch"`
+	PerLane      []laneJSON `json:"per_lane"`
+}
+
+func stats(ctx context.Context, o *opts, w io.Writer) error {
+	t, err := connect(ctx, o, true)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	now := o.now().UTC()
+	st, err := t.store.Stats(ctx, now)
+	if err != nil {
+		return t.explain(ctx, err)
+	}
+	maxLane, err := t.store.MaxLane(ctx)
+	if err != nil {
+		return t.explain(ctx, err)
+	}
+	out := statsJSON{
+		Table: qualified(o, o.options().OutboxTable()), Dialect: o.dialect, Lanes: o.lanes,
+		Now: now, Parked: st.Parked, PerLane: []laneJSON{},
+	}
+	if maxLane != outbox.Unordered {
+		out.MaxLane = &maxLane
+		out.LaneMismatch = maxLane >= o.lanes
+	}
+	for _, l := range st.Lanes {
+		lj := laneJSON{Lane: l.Lane, Ordered: l.Lane != outbox.Unordered, Eligible: l.Eligible}
+		if !l.OldestEligible.IsZero() {
+			oldest := l.OldestEligible.UTC()
+			lj.OldestEligible = &oldest
+			lj.OldestAgeSec = max(0, now.Sub(oldest).Seconds())
+		}
+		out.Eligible += l.Eligible
+		out.OldestAgeSec = max(out.OldestAgeSec, lj.OldestAgeSec)
+		out.PerLane = append(out.PerLane, lj)
+	}
+	if o.json {
+		return writeJSON(w, out)
+	}
+
+	fmt.Fprintf(w, "outbox %s on %s (%d lanes)\n", out.Table, o.where(), o.lanes)
+	fmt.Fprintf(w, "backlog   %d eligible rows, oldest waiting %s\n", out.Eligible, age(out.OldestAgeSec))
+	fmt.Fprintf(w, "parked    %d rows", out.Parked)
+	if out.Parked > 0 {
+		fmt.Fprint(w, " (outboxctl parked list)")
+	}
+	fmt.Fprintln(w)
+	if out.LaneMismatch {
+		fmt.Fprintf(w, "WARNING   the table holds lane %d but -lanes is %d: writers and forwarders must use one lane count\n",
+			maxLane, o.lanes)
+	}
+	if len(out.PerLane) == 0 {
+		fmt.Fprintln(w, "no eligible rows")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nLANE\tELIGIBLE\tOLDEST AGE")
+	for _, l := range out.PerLane {
+		lane := fmt.Sprint(l.Lane)
+		if !l.Ordered {
+			lane = "unordered"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", lane, l.Eligible, age(l.OldestAgeSec))
+	}
+	return tw.Flush()
+}
+
+func age(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// ---------------------------------------------------------------- parked
+
+func parkedListFlags(fs *flag.FlagSet, o *opts) {
+	keyFlag(fs, o)
+	fs.StringVar(&o.after, "after", "", "list rows after this id (paging)")
+	fs.IntVar(&o.limit, "limit", 100, "at most this many rows")
+}
+
+func keyFlag(fs *flag.FlagSet, o *opts) {
+	fs.Func("key", "only rows of this ordering key", func(s string) error {
+		o.key, o.hasKey = s, true
+		return nil
+	})
+}
+
+func parkedFilterFlags(fs *flag.FlagSet, o *opts) {
+	keyFlag(fs, o)
+	fs.StringVar(&o.ids, "id", "", "row ids (comma-separated, as printed by parked list)")
+	fs.BoolVar(&o.all, "all", false, "every parked row")
+}
+
+func parkedPurgeFlags(fs *flag.FlagSet, o *opts) {
+	parkedFilterFlags(fs, o)
+	fs.BoolVar(&o.yes, "yes", false, "confirm: purge deletes the rows for good")
+}
+
+type parkedJSON struct {
+	ID          string    `json:"id"`
+	MessageUUID string    `json:"message_uuid"`
+	Lane        int       `json:"lane"`
+	OrderingKey string    `json:"ordering_key"`
+	Transport   string    `json:"transport"`
+	Destination string    `json:"destination"`
+	MessageType string    `json:"message_type"`
+	TenantID    string    `json:"tenant_id"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"last_error"`
+	CreatedAt   time.Time `json:"created_at"`
+	DeliverAt   time.Time `json:"deliver_at"`
+	BodyBytes   int       `json:"body_bytes"` // the payload itself is never printed
+}
+
+func parkedList(ctx context.Context, o *opts, w io.Writer) error {
+	if o.limit < 1 {
+		return usagef("-limit must be at least 1")
+	}
+	q := outbox.ParkedQuery{Limit: o.limit}
+	if o.after != "" {
+		id, err := outbox.ParseID(o.after)
+		if err != nil {
+			return usagef("-after: %v", err)
+		}
+		q.After = id
+	}
+	if o.hasKey {
+		q.OrderingKey = &o.key
+	}
+	t, err := connect(ctx, o, true)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	recs, err := t.store.ListParked(ctx, q)
+	if err != nil {
+		return t.explain(ctx, err)
+	}
+	rows := make([]parkedJSON, 0, len(recs))
+	for _, r := range recs {
+		rows = append(rows, parkedJSON{
+			ID: r.ID.String(), MessageUUID: r.MessageUUID, Lane: r.Lane, OrderingKey: r.OrderingKey,
+			Transport: r.Transport, Destination: r.Destination, MessageType: r.MessageType, TenantID: r.TenantID,
+			Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt.UTC(), DeliverAt: r.DeliverAt.UTC(),
+			BodyBytes: len(r.Body),
+		})
+	}
+	if o.json {
+		return writeJSON(w, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(w, "no parked rows in %s\n", qualified(o, o.options().OutboxTable()))
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKEY\tDESTINATION\tTYPE\tATTEMPTS\tCREATED\tLAST ERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, dash(r.OrderingKey), r.Destination, dash(r.MessageType),
+			r.Attempts, r.CreatedAt.Format(time.RFC3339), oneLine(r.LastError, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rows) == o.limit {
+		fmt.Fprintf(w, "(first %d rows; next page: -after %s)\n", o.limit, rows[len(rows)-1].ID)
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a table row on one line: newlines become spaces, long text is cut.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// filter builds the ParkedFilter of -id, -key or -all (exactly one).
+func (o *opts) filter() (outbox.ParkedFilter, string, error) {
+	n := 0
+	var f outbox.ParkedFilter
+	var what string
+	if o.ids != "" {
+		n++
+		for _, s := range strings.Split(o.ids, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			id, err := outbox.ParseID(s)
+			if err != nil {
+				return f, "", usagef("-id: %v", err)
+			}
+			f.IDs = append(f.IDs, id)
+		}
+		if len(f.IDs) == 0 {
+			return f, "", usagef("-id: no ids given")
+		}
+		what = fmt.Sprintf("%d listed ids", len(f.IDs))
+	}
+	if o.hasKey {
+		n++
+		key := o.key
+		f.OrderingKey = &key
+		what = fmt.Sprintf("ordering key %q", o.key)
+	}
+	if o.all {
+		n++
+		f.All = true
+		what = "all"
+	}
+	if n != 1 {
+		return f, "", usagef("select the parked rows with exactly one of -id, -key or -all")
+	}
+	return f, what, nil
+}
+
+type countJSON struct {
+	Action string `json:"action"`
+	Rows   int    `json:"rows"`
+}
+
+func parkedRequeue(ctx context.Context, o *opts, w io.Writer) error {
+	f, what, err := o.filter()
+	if err != nil {
+		return err
+	}
+	t, err := connect(ctx, o, true)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	n, err := t.store.Requeue(ctx, f, o.now().UTC())
+	if err != nil {
+		return t.explain(ctx, err)
+	}
+	if o.json {
+		return writeJSON(w, countJSON{Action: "requeue", Rows: n})
+	}
+	fmt.Fprintf(w, "requeued %d parked rows (%s): pending again, due now, attempts reset\n", n, what)
+	return nil
+}
+
+func parkedPurge(ctx context.Context, o *opts, w io.Writer) error {
+	f, what, err := o.filter()
+	if err != nil {
+		return err
+	}
+	if !o.yes {
+		return usagef("parked purge deletes the parked rows (%s) for good: add --yes to confirm (see them first with `outboxctl parked list`)", what)
+	}
+	t, err := connect(ctx, o, true)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	n, err := t.store.Purge(ctx, f)
+	if err != nil {
+		return t.explain(ctx, err)
+	}
+	if o.json {
+		return writeJSON(w, countJSON{Action: "purge", Rows: n})
+	}
+	fmt.Fprintf(w, "purged %d parked rows (%s)\n", n, what)
+	return nil
+}
+
+// ---------------------------------------------------------------- leases
+
+type leaseJSON struct {
+	Lane      int       `json:"lane"`
+	Owner     string    `json:"owner"`
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Live      bool      `json:"live"`
+}
+
+type leasesJSON struct {
+	Now     time.Time      `json:"now"`
+	Members []string       `json:"members"` // forwarders with a live heartbeat
+	Leases  []leaseJSON    `json:"leases"`
+	Held    map[string]int `json:"held"` // live leases per owner
+}
+
+func leases(ctx context.Context, o *opts, w io.Writer) error {
+	t, err := connect(ctx, o, true)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	now := o.now().UTC()
+	ls, err := t.store.Leases(ctx)
+	if err != nil {
+		return t.explain(ctx, err)
+	}
+	members, err := t.store.Members(ctx, now)
+	if err != nil {
+		return t.explain(ctx, err)
+	}
+	out := leasesJSON{Now: now, Members: members, Leases: []leaseJSON{}, Held: map[string]int{}}
+	if out.Members == nil {
+		out.Members = []string{}
+	}
+	for _, l := range ls {
+		live := l.ExpiresAt.After(now)
+		out.Leases = append(out.Leases, leaseJSON{Lane: l.Lane, Owner: l.Owner, Token: l.Token.String(),
+			ExpiresAt: l.ExpiresAt.UTC(), Live: live})
+		if live {
+			out.Held[l.Owner]++
+		}
+	}
+	if o.json {
+		return writeJSON(w, out)
+	}
+	fmt.Fprintf(w, "forwarders with a live heartbeat: %d\n", len(members))
+	for _, m := range members {
+		fmt.Fprintf(w, "  %s  holds %d lanes\n", m, out.Held[m])
+	}
+	for owner, n := range out.Held {
+		if !contains(members, owner) {
+			fmt.Fprintf(w, "  %s  holds %d lanes (no live heartbeat: its leases run out)\n", owner, n)
+		}
+	}
+	if len(out.Leases) == 0 {
+		fmt.Fprintln(w, "no lane leases")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nLANE\tOWNER\tEXPIRES\tSTATE")
+	for _, l := range out.Leases {
+		state := "live"
+		when := "in " + l.ExpiresAt.Sub(now).Round(time.Millisecond).String()
+		if !l.Live {
+			state = "expired"
+			when = now.Sub(l.ExpiresAt).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s (%s)\t%s\n", l.Lane, l.Owner, l.ExpiresAt.Format(time.RFC3339), when, state)
+	}
+	return tw.Flush()
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,229 @@
+// Command outboxctl operates watermill-outbox tables: deploy the schema, watch the
+// backlog, deal with parked (poison) rows, and see which forwarder holds which lane.
+//
+//	outboxctl schema print  -dialect mysql -prefix orders_          # the DDL, for a migration tool
+//	outboxctl schema apply  -dsn "$DSN" -prefix orders_             # run it (idempotent)
+//	outboxctl stats         -dsn "$DSN" -prefix orders_ [--json]    # backlog per lane, parked count
+//	outboxctl parked list   -dsn "$DSN" [-key K] [-limit N] [--json]
+//	outboxctl parked requeue -dsn "$DSN" (-id ID[,ID...] | -key K | -all)
+//	outboxctl parked purge   -dsn "$DSN" (-id ID[,ID...] | -key K | -all) --yes
+//	outboxctl leases        -dsn "$DSN" [--json]                    # lane leases and live forwarders
+//
+// Every command takes -dialect (mysql, postgres or sqlserver; guessed from the DSN when
+// omitted), -dsn (or the OUTBOX_DSN environment variable), -schema, -prefix and -lanes,
+// which must match what the application's writers and forwarders use. Passwords in DSNs
+// are never printed; message payloads are never printed at all.
+//
+// Exit status: 0 success, 1 failure (database, missing table, ...), 2 usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `outboxctl: operate watermill-outbox tables
+
+usage:
+  outboxctl schema print   [-dialect D] [-schema S] [-prefix P]
+  outboxctl schema apply   -dsn DSN [-dialect D] [-schema S] [-prefix P]
+  outboxctl stats          -dsn DSN [-prefix P] [--json]
+  outboxctl parked list    -dsn DSN [-key K] [-after ID] [-limit N] [--json]
+  outboxctl parked requeue -dsn DSN (-id ID[,ID...] | -key K | -all)
+  outboxctl parked purge   -dsn DSN (-id ID[,ID...] | -key K | -all) --yes
+  outboxctl leases         -dsn DSN [--json]
+
+common flags (after the command):
+  -dialect  mysql | postgres | sqlserver (default: guessed from -dsn; mysql for schema print)
+  -dsn      data source name (default: $OUTBOX_DSN); its password is never printed
+  -schema   schema (database) of the tables; default: the connection's
+  -prefix   table prefix, as in outbox.Options.TablePrefix
+  -lanes    lane count of the table (default 64); must match writers and forwarders
+  -timeout  bound on the whole command (default 30s)
+
+exit status: 0 ok, 1 failure, 2 usage error
+`
+
+// usageError is a wrong command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// run is the whole command; tests call it directly.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdout, stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "outboxctl: %s\n(run `outboxctl help` for usage)\n", ue.msg)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "outboxctl: %s\n", err)
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"no command"}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	case "schema", "parked":
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
+			return usagef("%s needs a subcommand (%s)", cmd, subcommands[cmd])
+		}
+		cmd, rest = cmd+" "+rest[0], rest[1:]
+	}
+	c, ok := commands[cmd]
+	if !ok {
+		return usagef("unknown command %q", cmd)
+	}
+	fs := flag.NewFlagSet("outboxctl "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &opts{}
+	o.register(fs)
+	if c.flags != nil {
+		c.flags(fs, o)
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", cmd, fs.Arg(0))
+	}
+	if err := o.finish(c.needsDB); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	return c.run(ctx, o, stdout)
+}
+
+var subcommands = map[string]string{"schema": "print or apply", "parked": "list, requeue or purge"}
+
+type command struct {
+	needsDB bool
+	flags   func(*flag.FlagSet, *opts)
+	run     func(context.Context, *opts, io.Writer) error
+}
+
+var commands = map[string]command{
+	"schema print":   {needsDB: false, run: schemaPrint},
+	"schema apply":   {needsDB: true, run: schemaApply},
+	"stats":          {needsDB: true, run: stats},
+	"parked list":    {needsDB: true, flags: parkedListFlags, run: parkedList},
+	"parked requeue": {needsDB: true, flags: parkedFilterFlags, run: parkedRequeue},
+	"parked purge":   {needsDB: true, flags: parkedPurgeFlags, run: parkedPurge},
+	"leases":         {needsDB: true, run: leases},
+}
+
+// opts are the flags every command shares, plus the per-command ones.
+type opts struct {
+	dialect string
+	dsn     string
+	schema  string
+	prefix  string
+	lanes   int
+	json    bool
+	timeout time.Duration
+
+	// parked
+	key    string
+	hasKey bool
+	ids    string
+	all    bool
+	yes    bool
+	after  string
+	limit  int
+
+	now func() time.Time
+}
+
+func (o *opts) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.dialect, "dialect", os.Getenv("OUTBOX_DIALECT"), "mysql, postgres or sqlserver (default: guessed from the DSN)")
+	fs.StringVar(&o.dsn, "dsn", os.Getenv("OUTBOX_DSN"), "data source name (default $OUTBOX_DSN)")
+	fs.StringVar(&o.schema, "schema", "", "schema (database) of the tables")
+	fs.StringVar(&o.prefix, "prefix", "", "table prefix")
+	fs.IntVar(&o.lanes, "lanes", outbox.LanesDefault, "lane count of the table")
+	fs.BoolVar(&o.json, "json", false, "print JSON (for scripts)")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on the whole command")
+}
+
+func (o *opts) finish(needsDB bool) error {
+	if needsDB && o.dsn == "" {
+		return usagef("-dsn (or OUTBOX_DSN) is required")
+	}
+	if o.dialect == "" {
+		o.dialect = guessDialect(o.dsn)
+	}
+	switch o.dialect {
+	case "mysql", "postgres", "sqlserver":
+	case "mariadb":
+		o.dialect = "mysql"
+	case "postgresql", "pgx":
+		o.dialect = "postgres"
+	case "mssql":
+		o.dialect = "sqlserver"
+	default:
+		return usagef("-dialect %q: want mysql, postgres or sqlserver", o.dialect)
+	}
+	if o.timeout <= 0 {
+		return usagef("-timeout must be positive")
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	return nil
+}
+
+// guessDialect reads the DSN's form: URLs by scheme, pgx keyword DSNs by their keys,
+// anything else is go-sql-driver/mysql's form.
+func guessDialect(dsn string) string {
+	lower := strings.ToLower(strings.TrimSpace(dsn))
+	switch {
+	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		return "postgres"
+	case strings.HasPrefix(lower, "sqlserver://"):
+		return "sqlserver"
+	case strings.Contains(lower, ";") && (strings.Contains(lower, "server=") || strings.Contains(lower, "data source=")):
+		return "sqlserver"
+	case strings.HasPrefix(lower, "host=") || strings.Contains(lower, " host=") || strings.Contains(lower, "dbname="):
+		return "postgres"
+	}
+	return "mysql"
+}
+
+func (o *opts) options() outbox.Options {
+	return outbox.Options{Schema: o.schema, TablePrefix: o.prefix, Lanes: o.lanes}
+}
