@@ -216,7 +216,9 @@ type baseline struct {
 }
 
 func newBaseline(e *env) *baseline {
-	return &baseline{e: e, perStmt: max(1, e.h.maxParams()/len(baselineColumns)), texts: map[int]string{}}
+	// SQL Server takes at most 1000 rows in one VALUES list.
+	perStmt := min(1000, max(1, e.h.maxParams()/len(baselineColumns)))
+	return &baseline{e: e, perStmt: perStmt, texts: map[int]string{}}
 }
 
 func (bl *baseline) text(rows int) string {
