@@ -495,3 +495,56 @@ func TestLongestPrefix(t *testing.T) {
 		t.Fatalf("Claim = %v, %v", got, err)
 	}
 }
+
+// With HoldParkedKeys and Limit 1, a claim looks past many held rows (the store reads
+// the lane head in growing pages) and still stops at the first row that holds the lane.
+func TestHoldParkedKeysPaging(t *testing.T) {
+	db := openDB(t, plainDSN)
+	ctx := t.Context()
+	s := newStore(t, db, 1) // one lane: every key shares it
+	held := record("held", 1, []byte("p"))
+	var recs []outbox.Record
+	recs = append(recs, held)
+	for i := 0; i < 40; i++ {
+		recs = append(recs, record("held", 1, []byte("h")))
+	}
+	free := record("free", 1, []byte("f"))
+	late := record("late", 1, []byte("l"))
+	late.DeliverAt = t0.Add(time.Hour)
+	after := record("after", 1, []byte("a"))
+	recs = append(recs, free, late, after)
+	insert(t, ctx, db, s, recs)
+	if ok, err := s.Park(ctx, held.ID, "poison", t0); err != nil || !ok {
+		t.Fatalf("Park = %v, %v", ok, err)
+	}
+	lease := outbox.NewToken()
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Token: lease, Now: t0, Until: t0.Add(time.Hour)}); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	claim := func(limit int) []outbox.ID {
+		got, err := s.Claim(ctx, outbox.ClaimParams{Lane: 0, Limit: limit, Now: t0, Until: t0.Add(time.Minute), Token: outbox.NewToken(), Lease: lease, HoldParkedKeys: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []outbox.ID
+		for _, r := range got {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	if got := claim(1); len(got) != 1 || got[0] != free.ID {
+		t.Fatalf("Claim(limit 1) = %v; want the free key's row %s past 40 held rows", got, free.ID)
+	}
+	// The claimed row now holds the lane (live claim); once it expires, "late" (not due)
+	// does, so "after" is never taken before it.
+	if got := claim(5); len(got) != 0 {
+		t.Fatalf("Claim behind a live claim = %v; want none", got)
+	}
+	if _, err := s.Complete(ctx, outbox.CompleteParams{Token: outbox.Token{1}, IDs: []outbox.ID{free.ID}, Now: t0, Lane: outbox.Unordered}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, outbox.ClaimParams{Lane: 0, Limit: 5, Now: t0.Add(2 * time.Minute), Until: t0.Add(3 * time.Minute), Token: outbox.NewToken(), Lease: lease, HoldParkedKeys: true}, nil)
+	if err != nil || len(got) != 1 || got[0].ID != free.ID {
+		t.Fatalf("Claim after the claim expired = %d rows, %v; want the free row again, then the lane held by the row not due", len(got), err)
+	}
+}

@@ -265,12 +265,16 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 				return err
 			}
 		}
-		// Pages of the head; more than one only when parked keys hold rows.
-		page := max(c.Limit, 16)
+		// Pages of the head, Limit rows first (bodies can be large); a further, larger
+		// page only when parked keys held rows of this one.
+		page := c.Limit
 		var after outbox.ID
 		var locked []outbox.Record
 		ids := make([]outbox.ID, 0, page)
-		for len(out) < c.Limit {
+		for first := true; len(out) < c.Limit; first = false {
+			if !first {
+				page = min(page*2, max(c.Limit, 1024))
+			}
 			rows, err := tx.QueryContext(ctx, s.q.claimLaneLocked, int64(c.Lane), after[:], int64(page))
 			if err != nil {
 				return err
