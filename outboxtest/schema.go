@@ -111,6 +111,11 @@ func testQuotePrefix(t *testing.T, h Harness) {
 	if n := e.count(at(0)); n != 2 {
 		t.Fatalf("Count = %d, want 2", n)
 	}
+	// The rows are in the table whose name holds the quote character, not in a table
+	// named with it stripped or mangled.
+	if n := e.rawCount(e.opts.OutboxTable()); n != 2 {
+		t.Fatalf("table %s holds %d rows, want 2", e.outboxTable(), n)
+	}
 	lease := e.acquire(3, at(0), at(time.Minute))
 	tok, claimed := e.claimLane(3, 10, lease, at(0), at(time.Minute))
 	sameIDs(t, "lane claim", ids(claimed), idsOf(l))
