@@ -1,0 +1,366 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+	"github.com/relayer-go/watermill-outbox/lanes"
+	"github.com/relayer-go/watermill-outbox/publisher"
+)
+
+type out struct {
+	code           int
+	stdout, stderr string
+}
+
+func ctl(t *testing.T, args ...string) out {
+	t.Helper()
+	var so, se bytes.Buffer
+	code := run(context.Background(), args, &so, &se)
+	return out{code, so.String(), se.String()}
+}
+
+func (o out) ok(t *testing.T) out {
+	t.Helper()
+	if o.code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", o.code, o.stdout, o.stderr)
+	}
+	return o
+}
+
+func (o out) fails(t *testing.T, code int, want ...string) out {
+	t.Helper()
+	if o.code != code {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", o.code, code, o.stdout, o.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(o.stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, o.stderr)
+		}
+	}
+	return o
+}
+
+func decode[T any](t *testing.T, o out) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(o.stdout), &v); err != nil {
+		t.Fatalf("--json output does not parse: %v\n%s", err, o.stdout)
+	}
+	return v
+}
+
+// dialects are the live servers the CLI is tested against.
+var dialects = []struct{ name, service, driver string }{
+	{"mysql", testenv.MySQL, "mysql"},
+	{"postgres", testenv.Postgres, "pgx"},
+}
+
+func TestSchemaPrint(t *testing.T) {
+	for _, d := range []string{"mysql", "postgres", "sqlserver"} {
+		o := ctl(t, "schema", "print", "-dialect", d, "-prefix", "shop_").ok(t)
+		for _, w := range []string{"CREATE TABLE", "shop_outbox", "shop_outbox_lanes", "shop_outbox_nodes"} {
+			if !strings.Contains(o.stdout, w) {
+				t.Errorf("%s: schema print lacks %q", d, w)
+			}
+		}
+	}
+	// No DSN needed; the default dialect is mysql.
+	if o := ctl(t, "schema", "print").ok(t); !strings.Contains(o.stdout, "`outbox`") {
+		t.Errorf("default schema print is not MySQL's:\n%s", o.stdout)
+	}
+	// Invalid options name the field.
+	ctl(t, "schema", "print", "-prefix", "a\x00b").fails(t, 1, "TablePrefix")
+	ctl(t, "schema", "print", "-lanes", "-1").fails(t, 1, "Lanes")
+	ctl(t, "schema", "print", "-lanes", "5000").fails(t, 1, "Lanes")
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Setenv("OUTBOX_DSN", "")
+	ctl(t).fails(t, 2, "no command")
+	ctl(t, "bogus").fails(t, 2, `unknown command "bogus"`)
+	ctl(t, "parked").fails(t, 2, "list, requeue or purge")
+	ctl(t, "schema", "drop").fails(t, 2, `unknown command "schema drop"`)
+	ctl(t, "stats").fails(t, 2, "-dsn (or OUTBOX_DSN) is required")
+	ctl(t, "stats", "-dsn", "x", "-dialect", "oracle").fails(t, 2, `-dialect "oracle"`)
+	ctl(t, "stats", "-dsn", "x", "extra").fails(t, 2, `unexpected argument "extra"`)
+	ctl(t, "parked", "requeue", "-dsn", "x").fails(t, 2, "exactly one of -id, -key or -all")
+	ctl(t, "parked", "requeue", "-dsn", "x", "-all", "-key", "k").fails(t, 2, "exactly one of -id, -key or -all")
+	ctl(t, "parked", "requeue", "-dsn", "x", "-id", "not-an-id").fails(t, 2, "-id")
+	ctl(t, "parked", "purge", "-dsn", "x", "-all").fails(t, 2, "--yes")
+	ctl(t, "parked", "list", "-dsn", "x", "-limit", "0").fails(t, 2, "-limit")
+	if o := ctl(t, "help").ok(t); !strings.Contains(o.stdout, "outboxctl parked purge") {
+		t.Errorf("help lacks the commands:\n%s", o.stdout)
+	}
+}
+
+func TestGuessDialect(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"root@tcp(127.0.0.1:3306)/test":                  "mysql",
+		"postgres://u:p@h/db":                            "postgres",
+		"postgresql://h/db":                              "postgres",
+		"host=h user=u dbname=db":                        "postgres",
+		"sqlserver://sa:p@h:1433?database=test":          "sqlserver",
+		"server=h;user id=sa;password=p;database=test":   "sqlserver",
+		"app:p@unix(/run/mysqld/mysqld.sock)/db?loc=UTC": "mysql",
+	} {
+		if got := guessDialect(dsn); got != want {
+			t.Errorf("guessDialect(%q) = %q, want %q", dsn, got, want)
+		}
+	}
+}
+
+// Unreachable servers: the host is named, the password never shown.
+func TestUnreachable(t *testing.T) {
+	for _, dsn := range []string{
+		"app:Hunter2Secret@tcp(127.0.0.1:1)/test",
+		"postgres://app:Hunter2Secret@127.0.0.1:1/test?sslmode=disable",
+		"host=127.0.0.1 port=1 user=app password=Hunter2Secret dbname=test sslmode=disable",
+		"sqlserver://sa:Hunter2Secret@127.0.0.1:1?database=test&dial+timeout=2",
+	} {
+		o := ctl(t, "stats", "-dsn", dsn, "-timeout", "15s").fails(t, 1, "cannot connect to", "127.0.0.1:1", "xxxxx")
+		if strings.Contains(o.stdout+o.stderr, "Hunter2Secret") {
+			t.Errorf("%s: the password appears:\n%s", dsn, o.stderr)
+		}
+	}
+}
+
+// Every subcommand against a live server, per dialect.
+func TestLive(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := testenv.DSN(t, d.service)
+			prefix := testenv.Prefix(t)
+			db, err := sql.Open(d.driver, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			if err := db.Ping(); err != nil {
+				testenv.Unavailable(t, d.service, err)
+			}
+			o := &opts{dialect: d.name, prefix: prefix, lanes: outbox.LanesDefault}
+			t.Cleanup(func() {
+				for _, tbl := range []string{o.options().OutboxTable(), o.options().LanesTable(), o.options().NodesTable()} {
+					_, _ = db.Exec("DROP TABLE IF EXISTS " + qualified(o, tbl))
+				}
+			})
+			base := []string{"-dialect", d.name, "-dsn", dsn, "-prefix", prefix}
+			with := func(args ...string) []string { return append(args, base...) }
+
+			// Missing tables: which table, how to create it.
+			ctl(t, with("stats")...).fails(t, 1, prefix+"outbox", "do not exist", "outboxctl schema apply -dialect "+d.name+` -prefix "`+prefix+`"`)
+
+			// schema apply, twice (idempotent).
+			if a := ctl(t, with("schema", "apply")...).ok(t); !strings.Contains(a.stdout, "schema applied") {
+				t.Errorf("schema apply says:\n%s", a.stdout)
+			}
+			ctl(t, with("schema", "apply")...).ok(t)
+
+			// A wrong prefix points at the right one.
+			typo := strings.TrimSuffix(prefix, "_") + "x_"
+			ctl(t, "stats", "-dialect", d.name, "-dsn", dsn, "-prefix", typo).fails(t, 1, typo+"outbox", `-prefix "`+prefix+`"`)
+
+			// Empty table.
+			st := decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t))
+			if st.Eligible != 0 || st.Parked != 0 || len(st.PerLane) != 0 || st.MaxLane != nil {
+				t.Fatalf("empty table stats: %+v", st)
+			}
+
+			// Three rows of key "k1", two unordered, one of key "k2".
+			store, err := newStore(db, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ob, err := publisher.New(store, publisher.Config{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			err = ob.WithTx(ctx, db, func(ctx context.Context, tx *publisher.Tx) error {
+				for _, key := range []string{"k1", "k1", "k1", "", "", "k2"} {
+					m := message.NewMessage(watermill.NewUUID(), []byte("SECRET-PAYLOAD"))
+					m.Metadata.Set(publisher.MetadataOrderingKey, key)
+					if err := tx.Publish("orders", m); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k1, k2 := lanes.Of("k1", outbox.LanesDefault), lanes.Of("k2", outbox.LanesDefault)
+
+			st = decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t))
+			want := map[int]int64{outbox.Unordered: 2, k1: 3, k2: 1}
+			if k1 == k2 {
+				want[k1] = 4
+			}
+			if st.Eligible != 6 || st.Parked != 0 || len(st.PerLane) != len(want) {
+				t.Fatalf("stats: %+v", st)
+			}
+			for _, l := range st.PerLane {
+				if want[l.Lane] != l.Eligible || l.Ordered != (l.Lane != outbox.Unordered) || l.OldestEligible == nil || l.OldestAgeSec < 0 {
+					t.Errorf("lane %+v, want eligible %d", l, want[l.Lane])
+				}
+			}
+			if st.MaxLane == nil || *st.MaxLane != max(k1, k2) || st.LaneMismatch {
+				t.Errorf("max lane %v, mismatch %v", st.MaxLane, st.LaneMismatch)
+			}
+			table := ctl(t, with("stats")...).ok(t).stdout
+			for _, w := range []string{"backlog   6 eligible rows", "LANE", "unordered", "parked    0 rows"} {
+				if !strings.Contains(table, w) {
+					t.Errorf("stats table lacks %q:\n%s", w, table)
+				}
+			}
+			// A lane count smaller than the table's lanes is flagged.
+			small := ctl(t, "stats", "-dialect", d.name, "-dsn", dsn, "-prefix", prefix, "-lanes", "1").ok(t).stdout
+			if !strings.Contains(small, "WARNING") {
+				t.Errorf("no lane-count warning with -lanes 1:\n%s", small)
+			}
+
+			// Park two rows of k1 (the store's Park, as the forwarder does for poison rows).
+			recs, err := store.Read(ctx, outbox.ReadQuery{Lane: k1, Now: time.Now().Add(time.Minute)}, make([]outbox.Record, 10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var k1IDs []outbox.ID
+			for _, r := range recs {
+				if r.OrderingKey == "k1" {
+					k1IDs = append(k1IDs, r.ID)
+				}
+			}
+			if len(k1IDs) != 3 {
+				t.Fatalf("read %d rows of k1", len(k1IDs))
+			}
+			for _, id := range k1IDs[:2] {
+				if ok, err := store.Park(ctx, id, "broker said no\nsecond line", time.Now()); err != nil || !ok {
+					t.Fatalf("park: %v %v", ok, err)
+				}
+			}
+
+			list := ctl(t, with("parked", "list", "--json")...).ok(t)
+			parked := decode[[]parkedJSON](t, list)
+			if len(parked) != 2 || parked[0].ID != k1IDs[0].String() || parked[1].ID != k1IDs[1].String() ||
+				parked[0].OrderingKey != "k1" || parked[0].Destination != "orders" || parked[0].BodyBytes != len("SECRET-PAYLOAD") ||
+				!strings.Contains(parked[0].LastError, "broker said no") {
+				t.Fatalf("parked list: %+v", parked)
+			}
+			if strings.Contains(list.stdout, "SECRET-PAYLOAD") {
+				t.Error("parked list printed a payload")
+			}
+			table = ctl(t, with("parked", "list")...).ok(t).stdout
+			if !strings.Contains(table, k1IDs[0].String()) || !strings.Contains(table, "broker said no second line") || strings.Contains(table, "SECRET-PAYLOAD") {
+				t.Errorf("parked list table:\n%s", table)
+			}
+			if p := decode[[]parkedJSON](t, ctl(t, with("parked", "list", "--json", "-key", "k2")...).ok(t)); len(p) != 0 {
+				t.Errorf("parked list -key k2: %+v", p)
+			}
+			if p := decode[[]parkedJSON](t, ctl(t, with("parked", "list", "--json", "-limit", "1")...).ok(t)); len(p) != 1 {
+				t.Errorf("parked list -limit 1: %+v", p)
+			}
+			if p := decode[[]parkedJSON](t, ctl(t, with("parked", "list", "--json", "-after", k1IDs[0].String())...).ok(t)); len(p) != 1 || p[0].ID != k1IDs[1].String() {
+				t.Errorf("parked list -after: %+v", p)
+			}
+			if st := decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t)); st.Parked != 2 {
+				t.Errorf("stats parked %d, want 2", st.Parked)
+			}
+
+			// Requeue one by id, purge the other by key (only with --yes).
+			rq := decode[countJSON](t, ctl(t, with("parked", "requeue", "--json", "-id", k1IDs[0].String())...).ok(t))
+			if rq.Rows != 1 {
+				t.Errorf("requeue -id: %+v", rq)
+			}
+			ctl(t, with("parked", "purge", "-key", "k1")...).fails(t, 2, "--yes")
+			if p := decode[[]parkedJSON](t, ctl(t, with("parked", "list", "--json")...).ok(t)); len(p) != 1 {
+				t.Fatalf("purge without --yes deleted rows: %+v", p)
+			}
+			pg := ctl(t, with("parked", "purge", "-key", "k1", "--yes")...).ok(t)
+			if !strings.Contains(pg.stdout, "purged 1 parked rows") {
+				t.Errorf("purge says: %s", pg.stdout)
+			}
+			st = decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t))
+			if st.Parked != 0 || st.Eligible != 5 {
+				t.Errorf("after requeue and purge: eligible %d parked %d, want 5 and 0", st.Eligible, st.Parked)
+			}
+			if c := decode[countJSON](t, ctl(t, with("parked", "purge", "-all", "--yes", "--json")...).ok(t)); c.Rows != 0 {
+				t.Errorf("purge -all on no parked rows: %+v", c)
+			}
+
+			// Leases and members.
+			now := time.Now()
+			tok := outbox.NewToken()
+			if ok, err := store.AcquireLease(ctx, outbox.LeaseParams{Lane: 3, Owner: "fwd-a", Token: tok, Now: now, Until: now.Add(time.Minute)}); err != nil || !ok {
+				t.Fatalf("acquire: %v %v", ok, err)
+			}
+			if ok, err := store.AcquireLease(ctx, outbox.LeaseParams{Lane: 5, Owner: "fwd-gone", Token: outbox.NewToken(), Now: now.Add(-time.Hour), Until: now.Add(-time.Minute)}); err != nil || !ok {
+				t.Fatalf("acquire: %v %v", ok, err)
+			}
+			if err := store.Heartbeat(ctx, "fwd-a", now.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			ls := decode[leasesJSON](t, ctl(t, with("leases", "--json")...).ok(t))
+			if len(ls.Members) != 1 || ls.Members[0] != "fwd-a" || len(ls.Leases) != 2 || ls.Held["fwd-a"] != 1 {
+				t.Fatalf("leases: %+v", ls)
+			}
+			if l := ls.Leases[0]; l.Lane != 3 || l.Owner != "fwd-a" || !l.Live || l.Token != tok.String() {
+				t.Errorf("lease 3: %+v", l)
+			}
+			if l := ls.Leases[1]; l.Lane != 5 || l.Live {
+				t.Errorf("lease 5: %+v", l)
+			}
+			table = ctl(t, with("leases")...).ok(t).stdout
+			for _, w := range []string{"fwd-a  holds 1 lanes", "expired", "live"} {
+				if !strings.Contains(table, w) {
+					t.Errorf("leases table lacks %q:\n%s", w, table)
+				}
+			}
+		})
+	}
+}
+
+// A DSN with a password (PostgreSQL here trusts local logins, so any password works):
+// no output shows it.
+func TestPasswordNeverPrinted(t *testing.T) {
+	dsn := testenv.DSN(t, testenv.Postgres)
+	const secret = "Pw4Outboxctl"
+	withPw := strings.Replace(dsn, "postgres://postgres@", "postgres://postgres:"+secret+"@", 1)
+	if withPw == dsn {
+		t.Skip("the PostgreSQL DSN is not of the form postgres://postgres@...")
+	}
+	prefix := testenv.Prefix(t)
+	var all strings.Builder
+	for _, args := range [][]string{
+		{"schema", "apply"}, {"stats"}, {"stats", "--json"}, {"parked", "list"}, {"leases"},
+		{"stats", "-prefix", prefix + "missing_"},
+	} {
+		o := ctl(t, append(args, "-dsn", withPw, "-prefix", prefix)...)
+		all.WriteString(o.stdout + o.stderr)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err == nil {
+		o := &opts{dialect: "postgres", prefix: prefix, lanes: outbox.LanesDefault}
+		for _, tbl := range []string{o.options().OutboxTable(), o.options().LanesTable(), o.options().NodesTable()} {
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + qualified(o, tbl))
+		}
+		db.Close()
+	}
+	if strings.Contains(all.String(), secret) {
+		t.Fatalf("the password appears in the output:\n%s", all.String())
+	}
+	if !strings.Contains(all.String(), "postgres:xxxxx@") {
+		t.Errorf("the redacted DSN is not shown:\n%s", all.String())
+	}
+}
