@@ -91,6 +91,13 @@ func testStats(t *testing.T, h Harness) {
 	if st.Parked != 2 {
 		t.Errorf("Stats.Parked = %d, want 2", st.Parked)
 	}
+	var sum int64
+	for _, ls := range st.Lanes {
+		sum += ls.Eligible
+	}
+	if n := e.count(at(0)); n != sum {
+		t.Errorf("Count = %d but Stats lanes add up to %d", n, sum)
+	}
 	empty := newEnv(t, h)
 	st, err = empty.store.Stats(empty.ctx, at(0))
 	if err != nil || len(st.Lanes) != 0 || st.Parked != 0 {

@@ -18,6 +18,7 @@ func roundTripTests() []subtest {
 		{"Headers", testRoundTripHeaders},
 		{"Bodies", testRoundTripBodies},
 		{"Timestamps", testRoundTripTimestamps},
+		{"Nanoseconds", testRoundTripNanoseconds},
 		{"TimeZones", testRoundTripTimeZones},
 		{"InsertIgnoresState", testInsertIgnoresState},
 	}
@@ -272,4 +273,37 @@ func testInsertIgnoresState(t *testing.T, h Harness) {
 		t.Fatalf("Read = %d rows, want 1 (the row must start pending and unclaimed)", len(got))
 	}
 	checkRecord(t, "Read", got[0], stored(r))
+}
+
+// Instants with nanoseconds (a caller passing time.Now()) are accepted everywhere and
+// kept to within a microsecond.
+func testRoundTripNanoseconds(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	r := NewRecord(at(0).Add(123_456 * time.Nanosecond))
+	r.DeliverAt = at(time.Second).Add(999 * time.Nanosecond)
+	e.insert(r)
+	now := at(2 * time.Second).Add(1 * time.Nanosecond)
+	got := e.readOne(outbox.Unordered, now)
+	for _, c := range []struct {
+		name      string
+		got, want time.Time
+	}{{"CreatedAt", got.CreatedAt, r.CreatedAt}, {"DeliverAt", got.DeliverAt, r.DeliverAt}} {
+		if d := c.got.Sub(c.want); d <= -time.Microsecond || d >= time.Microsecond {
+			t.Errorf("%s = %s, want %s to within a microsecond", c.name, fmtTime(c.got), fmtTime(c.want))
+		}
+	}
+	until := now.Add(time.Minute + 777*time.Nanosecond)
+	tok, claimed := e.claimUnordered(1, now, until)
+	if len(claimed) != 1 {
+		t.Fatalf("Claim = %d rows, want 1", len(claimed))
+	}
+	if d := claimed[0].ClaimExpiresAt.Sub(until); d <= -time.Microsecond || d >= time.Microsecond {
+		t.Errorf("ClaimExpiresAt = %s, want %s to within a microsecond", fmtTime(claimed[0].ClaimExpiresAt), fmtTime(until))
+	}
+	if n := e.renew(outbox.RenewParams{Token: tok, Now: now.Add(time.Nanosecond), Until: until.Add(time.Second), Lane: outbox.Unordered}); n != 1 {
+		t.Fatalf("Renew = %d, want 1", n)
+	}
+	if n := e.complete(outbox.CompleteParams{Token: tok, IDs: idsOf(r), Now: now.Add(2 * time.Nanosecond), Lane: outbox.Unordered}); n != 1 {
+		t.Fatalf("Complete = %d, want 1", n)
+	}
 }
