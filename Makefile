@@ -24,6 +24,8 @@ export OUTBOX_TEST_MYSQL_DSN OUTBOX_TEST_POSTGRES_DSN OUTBOX_TEST_AMQP_URL
 
 # Extra flags for go test, e.g. GOTESTFLAGS=-count=1 (CI) or GOTESTFLAGS='-run Lane -v'.
 GOTESTFLAGS ?=
+# Extra flags for the benchmark harness, e.g. BENCHFLAGS='-db postgres -runs 5'.
+BENCHFLAGS ?=
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 30s
 
@@ -33,11 +35,12 @@ SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
 	$(if $(call local,$(OUTBOX_TEST_POSTGRES_DSN)),postgres) \
 	$(if $(call local,$(OUTBOX_TEST_AMQP_URL)),amqp)
 
-.PHONY: test test-short vet examples bench fuzz services demo help
+.PHONY: test test-short vet examples bench bench-short fuzz services demo help
 
 ## test: go vet, build the examples, then go test -race ./... against the local services
 test: services vet examples
 	$(GO) test -race $(GOTESTFLAGS) ./...
+	cd benchmarks && $(GO) test $(GOTESTFLAGS) ./...
 
 ## test-short: go test -short ./... (no race detector): the quick loop while editing
 test-short: services
@@ -61,9 +64,13 @@ examples:
 		fi; \
 	done
 
-## bench: run the benchmarks (later: the comparison suite in benchmarks/)
+## bench: the comparison harness (benchmarks/, its own module), full counts, MariaDB and PostgreSQL
 bench: services
-	$(GO) test -run '^$$' -bench . -benchmem $(GOTESTFLAGS) ./...
+	cd benchmarks && $(GO) run ./cmd/outboxbench $(BENCHFLAGS)
+
+## bench-short: the same harness with small counts (a few minutes; `make test` runs it too)
+bench-short: services
+	cd benchmarks && $(GO) run ./cmd/outboxbench -short $(BENCHFLAGS)
 
 ## fuzz: run every fuzz target for FUZZTIME (default 30s) each
 fuzz:

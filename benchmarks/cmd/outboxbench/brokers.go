@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/relayer-go/watermill-outbox/forwarder"
+)
+
+const (
+	amqpChannelPool = 32
+	kafkaPartitions = 8
+)
+
+// broker is one target: a fresh topic per run and its publisher.
+type broker struct {
+	name  string
+	setup func(run int) (pub message.Publisher, topic string, cleanup func(), err error)
+}
+
+// brokersSection: per run and broker, the forwarder drains n rows into the broker's
+// Watermill publisher, and the same publisher configuration publishes n equal messages
+// directly from as many goroutines as the forwarder's in-flight window (the raw
+// ceiling). The order of the two alternates between runs.
+func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) error {
+	n := cfg.brokerRows
+	var brokers []broker
+	if cfg.amqpURL != "" {
+		brokers = append(brokers, amqpBroker(cfg.amqpURL))
+	} else {
+		sec.note("RabbitMQ skipped: no -amqp-url.")
+	}
+	kb, closeKafka, err := kafkaBroker()
+	if err != nil {
+		return err
+	}
+	defer closeKafka()
+	brokers = append(brokers, kb)
+
+	workers := forwarder.InFlightDefault
+	for _, b := range brokers {
+		for run := 0; run < cfg.runs; run++ {
+			var raw, ours float64
+			measureRaw := func() error {
+				pub, topic, cleanup, err := b.setup(run)
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+				raw, err = rawPublish(pub, topic, n, workers)
+				return err
+			}
+			measureOurs := func() error {
+				pub, topic, cleanup, err := b.setup(run)
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+				t, err := e.newOutboxTable(ctx)
+				if err != nil {
+					return err
+				}
+				defer t.drop()
+				if err := fillOutbox(ctx, t, n, 0, topic); err != nil {
+					return err
+				}
+				cp := &countingPublisher{next: pub}
+				ours, err = runOurs(ctx, t, forwarder.Config{}, 1, cp, cp.Count, n, 5*time.Minute)
+				return err
+			}
+			first, second := measureRaw, measureOurs
+			if run%2 == 1 {
+				first, second = second, first
+			}
+			if err := first(); err != nil {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+			if err := second(); err != nil {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+			sec.add(b.name+"/raw_msgs_per_s", b.name+": raw concurrent Publish ("+fmt.Sprint(workers)+" goroutines)", "msgs/s", raw)
+			sec.add(b.name+"/ours_msgs_per_s", b.name+": ours (forwarder, default Config, InFlight "+fmt.Sprint(workers)+")", "msgs/s", ours)
+			sec.add(b.name+"/ratio_ours_raw", b.name+": ours / raw", "ratio", ours/raw)
+		}
+	}
+	sec.note("RabbitMQ: watermill-amqp v2 NewDurableQueueConfig, ChannelPoolSize %d, ConfirmDelivery, queue declared first. "+
+		"Kafka: kfake in process (1 broker, %d partitions), watermill-kafka v3 sync publisher (DefaultSaramaSyncPublisherConfig). "+
+		"Ours is timed until every row is published and deleted.", amqpChannelPool, kafkaPartitions)
+	return nil
+}
+
+// rawPublish publishes n messages with `workers` goroutines through pub; messages/s.
+func rawPublish(pub message.Publisher, topic string, n, workers int) (float64, error) {
+	msgs := newMessages(n)
+	var next, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := pub.Publish(topic, msgs[i]); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		return 0, fmt.Errorf("raw publish: %d failures, first: %v", failed.Load(), firstErr.Load())
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func amqpConfig(url string) amqp.Config {
+	cfg := amqp.NewDurableQueueConfig(url)
+	cfg.Publish.ChannelPoolSize = amqpChannelPool
+	cfg.Publish.ConfirmDelivery = true
+	return cfg
+}
+
+func amqpBroker(url string) broker {
+	cfg := amqpConfig(url)
+	return broker{name: "rabbitmq", setup: func(run int) (message.Publisher, string, func(), error) {
+		topic := newPrefix() + "amqp"
+		// RabbitMQ drops messages sent to a queue that does not exist: declare it first.
+		sub, err := amqp.NewSubscriber(cfg, watermill.NopLogger{})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if err := sub.SubscribeInitialize(topic); err != nil {
+			sub.Close()
+			return nil, "", nil, fmt.Errorf("declare queue: %w", err)
+		}
+		pub, err := amqp.NewPublisher(cfg, watermill.NopLogger{})
+		if err != nil {
+			sub.Close()
+			return nil, "", nil, err
+		}
+		cleanup := func() {
+			_ = pub.Close()
+			_ = sub.Close()
+			deleteQueue(cfg, topic)
+		}
+		return pub, topic, cleanup, nil
+	}}
+}
+
+func deleteQueue(cfg amqp.Config, topic string) {
+	conn, err := amqp091.Dial(cfg.Connection.AmqpURI)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	_, _ = ch.QueueDelete(cfg.Queue.GenerateName(topic), false, false, false)
+}
+
+func kafkaBroker() (broker, func(), error) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(kafkaPartitions))
+	if err != nil {
+		return broker{}, nil, fmt.Errorf("kfake: %w", err)
+	}
+	addrs := c.ListenAddrs()
+	b := broker{name: "kafka", setup: func(run int) (message.Publisher, string, func(), error) {
+		topic := newPrefix() + "kafka"
+		sc := kafka.DefaultSaramaSyncPublisherConfig()
+		sc.Version = sarama.V2_8_0_0
+		sc.Metadata.Retry.Backoff = 100 * time.Millisecond
+		pub, err := kafka.NewPublisher(kafka.PublisherConfig{
+			Brokers: addrs, Marshaler: kafka.DefaultMarshaler{}, OverwriteSaramaConfig: sc,
+		}, watermill.NopLogger{})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		// Create the topic (auto-creation) before timing.
+		if err := pub.Publish(topic, newMessage()); err != nil {
+			pub.Close()
+			return nil, "", nil, fmt.Errorf("kafka warm-up: %w", err)
+		}
+		return pub, topic, func() { _ = pub.Close() }, nil
+	}}
+	return b, c.Close, nil
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/forwarder"
+)
+
+// runChild runs one out-of-process role and returns the exit code. The parent passes
+// the database, the table prefix and the row count in the environment and stops the
+// child by closing its stdin.
+func runChild(role string) int {
+	e, err := openEngine(os.Getenv(childDBEnv), os.Getenv(childDSNEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	defer e.db.Close()
+	st, err := e.newStore(outbox.Options{TablePrefix: os.Getenv(childPrefixEnv), Lanes: 64})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	t := &outboxTable{e: e, store: st, opts: st.Options()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	switch role {
+	case roleForwarder:
+		err = childForwarder(ctx, t)
+	case roleMemory:
+		n, _ := strconv.Atoi(os.Getenv(childRowsEnv))
+		err = childMemory(ctx, t, n)
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+// linePublisher prints "ARRIVE <uuid> <unix nanos>" per message on stdout.
+type linePublisher struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (p *linePublisher) Publish(_ string, msgs ...*message.Message) error {
+	now := time.Now().UnixNano()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		fmt.Fprintf(p.w, "ARRIVE %s %d\n", m.UUID, now)
+	}
+	return p.w.Flush()
+}
+func (p *linePublisher) Close() error { return nil }
+
+// childForwarder runs a forwarder with the default configuration (polling only: no
+// publisher in this process) until stdin closes.
+func childForwarder(ctx context.Context, t *outboxTable) error {
+	pub := &linePublisher{w: bufio.NewWriter(os.Stdout)}
+	f, err := forwarder.New(t.store, forwarder.Targets{"": pub}, forwarder.Config{StatsInterval: -1}, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Println("READY")
+	return f.Run(ctx)
+}
+
+type memoryReport struct {
+	Rows         int     `json:"rows"`
+	Rate         float64 `json:"rate"`
+	AllocsPerMsg float64 `json:"allocs_per_msg"`
+	BytesPerMsg  float64 `json:"bytes_per_msg"`
+	StartRSS     uint64  `json:"start_rss"`
+	PeakRSS      uint64  `json:"peak_rss"`
+	PeakHeap     uint64  `json:"peak_heap"`
+}
+
+// childMemory drains the filled table with the default configuration into a no-op
+// publisher and prints "MEMORY <json>": rate, allocations per message (runtime
+// MemStats over the drain) and VmHWM, the process's peak resident set.
+func childMemory(ctx context.Context, t *outboxTable, n int) error {
+	nop := &nopPublisher{}
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	rep := memoryReport{Rows: n, StartRSS: procStatus("VmRSS:")}
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			runtime.ReadMemStats(&ms)
+			rep.PeakHeap = max(rep.PeakHeap, ms.HeapInuse)
+		}
+	}()
+	rate, err := runOurs(ctx, t, forwarder.Config{}, 1, nop, nop.Count, n, 30*time.Minute)
+	close(stop)
+	<-sampled
+	if err != nil {
+		return err
+	}
+	runtime.ReadMemStats(&m1)
+	rep.Rate = rate
+	rep.AllocsPerMsg = float64(m1.Mallocs-m0.Mallocs) / float64(n)
+	rep.BytesPerMsg = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(n)
+	rep.PeakRSS = procStatus("VmHWM:")
+	b, _ := json.Marshal(rep)
+	fmt.Printf("MEMORY %s\n", b)
+	return nil
+}
+
+// procStatus returns a /proc/self/status size field in bytes (0 where unavailable).
+func procStatus(field string) uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/mysql"
+	"github.com/relayer-go/watermill-outbox/postgres"
+)
+
+// engine is one database under test: its pool and the few dialect differences the
+// harness's hand-written SQL needs.
+type engine struct {
+	name   string // "mysql" or "postgres"
+	driver string
+	dsn    string
+	db     *sql.DB
+}
+
+func openEngine(name, dsn string) (*engine, error) {
+	e := &engine{name: name, dsn: dsn}
+	switch name {
+	case "mysql":
+		e.driver = "mysql"
+	case "postgres":
+		e.driver = "pgx"
+	default:
+		return nil, fmt.Errorf("unknown database %q (want mysql or postgres)", name)
+	}
+	db, err := sql.Open(e.driver, dsn)
+	if err != nil {
+		return nil, err
+	}
+	// database/sql keeps only 2 idle connections by default, so every concurrent
+	// contender would reconnect constantly; all of them get the same pool.
+	db.SetMaxIdleConns(64)
+	db.SetMaxOpenConns(64)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	e.db = db
+	return e, nil
+}
+
+// newStore returns the library's store for opts on this engine.
+func (e *engine) newStore(opts outbox.Options) (outbox.Store, error) {
+	if e.name == "mysql" {
+		return mysql.New(e.db, opts)
+	}
+	return postgres.New(e.db, opts)
+}
+
+// quote quotes one identifier (the harness's names are plain lowercase ASCII).
+func (e *engine) quote(ident string) string {
+	if e.name == "mysql" {
+		return "`" + ident + "`"
+	}
+	return `"` + ident + `"`
+}
+
+// ph returns the i-th (1-based) placeholder.
+func (e *engine) ph(i int) string {
+	if e.name == "mysql" {
+		return "?"
+	}
+	return "$" + strconv.Itoa(i)
+}
+
+// retryable reports a deadlock or serialization failure worth retrying.
+func (e *engine) retryable(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "1213") || strings.Contains(s, "1205") || strings.Contains(s, "40P01") || strings.Contains(s, "40001")
+}
+
+func newPrefix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "bench_" + hex.EncodeToString(b[:]) + "_"
+}
+
+// outboxTable is one fresh outbox table (and its lanes/nodes tables) of the library.
+type outboxTable struct {
+	e     *engine
+	store outbox.Store
+	opts  outbox.Options
+}
+
+func (e *engine) newOutboxTable(ctx context.Context) (*outboxTable, error) {
+	opts := outbox.Options{TablePrefix: newPrefix(), Lanes: 64}
+	st, err := e.newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.CreateSchema(ctx); err != nil {
+		return nil, fmt.Errorf("create schema: %w", err)
+	}
+	return &outboxTable{e: e, store: st, opts: st.Options()}, nil
+}
+
+func (t *outboxTable) name() string { return t.e.quote(t.opts.OutboxTable()) }
+
+func (t *outboxTable) rows(ctx context.Context) (int64, error) {
+	var n int64
+	err := t.e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+t.name()).Scan(&n)
+	return n, err
+}
+
+func (t *outboxTable) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, n := range []string{t.opts.OutboxTable(), t.opts.LanesTable(), t.opts.NodesTable()} {
+		_, _ = t.e.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t.e.quote(n))
+	}
+}
+
+// wmTables is one set of watermill-sql tables (messages and, for the default schema,
+// offsets) for one topic.
+type wmTables struct {
+	e       *engine
+	prefix  string
+	topic   string
+	queue   bool // queue schema with DeleteOnAck instead of the default schema + offsets
+	batch   int
+	schema  wmsql.SchemaAdapter
+	offsets wmsql.OffsetsAdapter
+}
+
+const wmTopic = "forwarder_topic"
+
+func (e *engine) messagesName(prefix, topic string) string { return prefix + "wm_" + topic }
+func (e *engine) offsetsName(prefix, topic string) string  { return prefix + "wm_offsets_" + topic }
+func (w *wmTables) messagesTable() string                  { return w.e.quote(w.e.messagesName(w.prefix, w.topic)) }
+func (w *wmTables) offsetsTable() string                   { return w.e.quote(w.e.offsetsName(w.prefix, w.topic)) }
+
+// newWMTables builds the schema adapters of watermill-sql v4 for a fresh table set and
+// creates the tables (the way SubscribeInitialize does).
+func (e *engine) newWMTables(ctx context.Context, queue bool, batch int) (*wmTables, error) {
+	w := &wmTables{e: e, prefix: newPrefix(), topic: wmTopic, queue: queue, batch: batch}
+	msgs := func(topic string) string { return e.quote(e.messagesName(w.prefix, topic)) }
+	offs := func(topic string) string { return e.quote(e.offsetsName(w.prefix, topic)) }
+	switch {
+	case e.name == "mysql" && !queue:
+		w.schema = wmsql.DefaultMySQLSchema{GenerateMessagesTableName: msgs, SubscribeBatchSize: batch}
+		w.offsets = wmsql.DefaultMySQLOffsetsAdapter{GenerateMessagesOffsetsTableName: offs}
+	case e.name == "mysql" && queue:
+		w.schema = wmsql.MySQLQueueSchema{GenerateMessagesTableName: msgs, SubscribeBatchSize: batch}
+		w.offsets = wmsql.MySQLQueueOffsetsAdapter{GenerateMessagesTableName: msgs, DeleteOnAck: true}
+	case !queue:
+		w.schema = wmsql.DefaultPostgreSQLSchema{GenerateMessagesTableName: msgs, SubscribeBatchSize: batch}
+		w.offsets = wmsql.DefaultPostgreSQLOffsetsAdapter{GenerateMessagesOffsetsTableName: offs}
+	default:
+		w.schema = wmsql.PostgreSQLQueueSchema{GenerateMessagesTableName: msgs, SubscribeBatchSize: batch}
+		w.offsets = wmsql.PostgreSQLQueueOffsetsAdapter{GenerateMessagesTableName: msgs, DeleteOnAck: true}
+	}
+	sub, err := w.subscriber(time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize(w.topic); err != nil {
+		return nil, fmt.Errorf("watermill-sql schema: %w", err)
+	}
+	return w, nil
+}
+
+func (w *wmTables) subscriber(poll time.Duration) (*wmsql.Subscriber, error) {
+	return wmsql.NewSubscriber(wmsql.BeginnerFromStdSQL(w.e.db), wmsql.SubscriberConfig{
+		SchemaAdapter:  w.schema,
+		OffsetsAdapter: w.offsets,
+		PollInterval:   poll,
+	}, nil)
+}
+
+// publisherOn returns watermill-sql's publisher writing through tx (schema already
+// initialised, as watermill-sql requires for a transaction).
+func (w *wmTables) publisherOn(tx *sql.Tx) (*wmsql.Publisher, error) {
+	return wmsql.NewPublisher(wmsql.TxFromStdSQL(tx), wmsql.PublisherConfig{SchemaAdapter: w.schema}, nil)
+}
+
+func (w *wmTables) rows(ctx context.Context) (int64, error) {
+	var n int64
+	err := w.e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+w.messagesTable()).Scan(&n)
+	return n, err
+}
+
+// acked reports the default schema's acked offset of the (empty) consumer group.
+func (w *wmTables) acked(ctx context.Context) (int64, error) {
+	var n sql.NullInt64
+	err := w.e.db.QueryRowContext(ctx, "SELECT MAX(offset_acked) FROM "+w.offsetsTable()).Scan(&n)
+	return n.Int64, err
+}
+
+func (w *wmTables) maxOffset(ctx context.Context) (int64, error) {
+	col := `"offset"`
+	if w.e.name == "mysql" {
+		col = "`offset`"
+	}
+	var n sql.NullInt64
+	err := w.e.db.QueryRowContext(ctx, "SELECT MAX("+col+") FROM "+w.messagesTable()).Scan(&n)
+	return n.Int64, err
+}
+
+func (w *wmTables) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = w.e.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+w.messagesTable())
+	_, _ = w.e.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+w.offsetsTable())
+}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/relayer-go/watermill-outbox/forwarder"
+	"github.com/relayer-go/watermill-outbox/publisher"
+)
+
+// pollSpacing is the interval between commits in the polling measurement: steady
+// traffic, so the forwarder polls at PollInterval rather than backing off.
+const pollSpacing = 20 * time.Millisecond
+
+// latencySection: one message per transaction; latency is from the start of Commit to
+// the target publisher's Publish call. In process: the publisher's Notifier is the
+// forwarder (direct dispatch), one transaction after the other. Across processes: a
+// child process of this binary runs the forwarder and finds rows by polling (default
+// PollInterval), while this process commits one message every pollSpacing.
+func latencySection(ctx context.Context, e *engine, cfg config, sec *section) error {
+	for run := 0; run < cfg.runs; run++ {
+		lat, commits, err := latencyInProcess(ctx, e, cfg.latencySamples)
+		if err != nil {
+			return fmt.Errorf("in process: %w", err)
+		}
+		sec.add("direct_p50_ms", "direct dispatch (Notifier = forwarder) p50", "ms", percentile(lat, 0.50))
+		sec.add("direct_p99_ms", "direct dispatch p99", "ms", percentile(lat, 0.99))
+		sec.add("commit_p50_ms", "Commit call alone p50 (for reference)", "ms", percentile(commits, 0.50))
+		lat, err = latencyPolling(ctx, e, cfg.latencySamples)
+		if err != nil {
+			return fmt.Errorf("polling child: %w", err)
+		}
+		sec.add("polling_p50_ms", fmt.Sprintf("second process, polling (PollInterval %s) p50", forwarder.PollIntervalDefault), "ms", percentile(lat, 0.50))
+		sec.add("polling_p99_ms", "second process, polling p99", "ms", percentile(lat, 0.99))
+	}
+	sec.note("%d messages per run and mode; polling mode commits one message every %s.", cfg.latencySamples, pollSpacing)
+	return nil
+}
+
+// arrival is one message seen by a target publisher.
+type arrival struct {
+	uuid string
+	at   time.Time
+}
+
+type arrivalPublisher struct{ ch chan arrival }
+
+func (p *arrivalPublisher) Publish(_ string, msgs ...*message.Message) error {
+	now := time.Now()
+	for _, m := range msgs {
+		p.ch <- arrival{m.UUID, now}
+	}
+	return nil
+}
+func (p *arrivalPublisher) Close() error { return nil }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func latencyInProcess(ctx context.Context, e *engine, samples int) (lat, commits []float64, err error) {
+	t, err := e.newOutboxTable(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer t.drop()
+	target := &arrivalPublisher{ch: make(chan arrival, 64)}
+	fwd, err := forwarder.New(t.store, forwarder.Targets{"": target}, forwarder.Config{StatsInterval: -1}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fwd.Run(fctx) }()
+	defer func() { cancel(); <-done }()
+	ob, err := publisher.New(t.store, publisher.Config{Notifier: fwd}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := -1; i < samples; i++ { // i = -1: warm-up, not counted
+		m := newMessage()
+		tx, err := ob.Begin(ctx, e.db)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := tx.Publish(destination, m); err != nil {
+			return nil, nil, err
+		}
+		t0 := time.Now()
+		if err := tx.Commit(ctx); err != nil {
+			return nil, nil, err
+		}
+		c := time.Since(t0)
+		select {
+		case a := <-target.ch:
+			if i >= 0 {
+				lat = append(lat, ms(a.at.Sub(t0)))
+				commits = append(commits, ms(c))
+			}
+		case <-time.After(30 * time.Second):
+			return nil, nil, errors.New("message not forwarded within 30s")
+		case err := <-done:
+			return nil, nil, fmt.Errorf("forwarder stopped: %v", err)
+		}
+	}
+	slices.Sort(lat)
+	slices.Sort(commits)
+	return lat, commits, nil
+}
+
+func latencyPolling(ctx context.Context, e *engine, samples int) ([]float64, error) {
+	t, err := e.newOutboxTable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer t.drop()
+	child, err := startChild(ctx, roleForwarder, e, t.opts.TablePrefix, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer child.stop()
+	if _, err := child.waitLine("READY", 30*time.Second); err != nil {
+		return nil, err
+	}
+	arrivals := make(chan arrival, samples+16)
+	go func() {
+		for line := range child.lines {
+			f := strings.Fields(line)
+			if len(f) == 3 && f[0] == "ARRIVE" {
+				ns, _ := strconv.ParseInt(f[2], 10, 64)
+				arrivals <- arrival{f[1], time.Unix(0, ns)}
+			}
+		}
+		close(arrivals)
+	}()
+	ob, err := publisher.New(t.store, publisher.Config{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	commit := func() (string, time.Time, error) {
+		m := newMessage()
+		tx, err := ob.Begin(ctx, e.db)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		if err := tx.Publish(destination, m); err != nil {
+			return "", time.Time{}, err
+		}
+		t0 := time.Now()
+		return m.UUID, t0, tx.Commit(ctx)
+	}
+	// Warm-up: the child has subscribed once the first row arrives.
+	if _, _, err := commit(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-arrivals:
+	case <-time.After(30 * time.Second):
+		return nil, fmt.Errorf("warm-up message not forwarded within 30s; child output:\n%s", child.stderrTail())
+	}
+	var mu sync.Mutex
+	sent := make(map[string]time.Time, samples)
+	tick := time.NewTicker(pollSpacing)
+	defer tick.Stop()
+	errc := make(chan error, 1)
+	go func() {
+		for i := 0; i < samples; i++ {
+			<-tick.C
+			uuid, t0, err := commit()
+			if err != nil {
+				errc <- err
+				return
+			}
+			mu.Lock()
+			sent[uuid] = t0
+			mu.Unlock()
+		}
+		errc <- nil
+	}()
+	var lat []float64
+	var pending []arrival
+	timeout := time.After(time.Duration(samples)*pollSpacing + 60*time.Second)
+	for len(lat) < samples {
+		select {
+		case a, ok := <-arrivals:
+			if !ok {
+				return nil, fmt.Errorf("child exited; output:\n%s", child.stderrTail())
+			}
+			pending = append(pending, a)
+		case err := <-errc:
+			if err != nil {
+				return nil, err
+			}
+		case <-timeout:
+			return nil, fmt.Errorf("%d of %d messages forwarded in time", len(lat), samples)
+		}
+		mu.Lock()
+		kept := pending[:0]
+		for _, a := range pending {
+			if t0, ok := sent[a.uuid]; ok {
+				lat = append(lat, ms(a.at.Sub(t0)))
+			} else {
+				kept = append(kept, a) // arrived before its commit was recorded
+			}
+		}
+		pending = kept
+		mu.Unlock()
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+// Child processes: this binary re-executed with childRoleEnv set.
+const (
+	childRoleEnv   = "OUTBOXBENCH_CHILD"
+	roleForwarder  = "poll-forwarder"
+	roleMemory     = "memory-drain"
+	childDBEnv     = "OUTBOXBENCH_CHILD_DB"
+	childDSNEnv    = "OUTBOXBENCH_CHILD_DSN"
+	childPrefixEnv = "OUTBOXBENCH_CHILD_PREFIX"
+	childRowsEnv   = "OUTBOXBENCH_CHILD_ROWS"
+)
+
+type childProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	mu     sync.Mutex
+	stderr strings.Builder
+	exited chan struct{}
+}
+
+// startChild runs this executable in role; it stops when its stdin closes.
+func startChild(ctx context.Context, role string, e *engine, prefix string, rows int) (*childProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(),
+		childRoleEnv+"="+role, childDBEnv+"="+e.name, childDSNEnv+"="+e.dsn,
+		childPrefixEnv+"="+prefix, childRowsEnv+"="+strconv.Itoa(rows))
+	c := &childProc{cmd: cmd, lines: make(chan string, 1024), exited: make(chan struct{})}
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = writerFunc(func(p []byte) (int, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.stderr.Len() < 1<<16 {
+			c.stderr.Write(p)
+		}
+		return len(p), nil
+	})
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		_ = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// waitLine returns the first stdout line starting with prefix.
+func (c *childProc) waitLine(prefix string, d time.Duration) (string, error) {
+	timeout := time.After(d)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				return "", fmt.Errorf("child exited before %q; output:\n%s", prefix, c.stderrTail())
+			}
+			if strings.HasPrefix(line, prefix) {
+				return line, nil
+			}
+		case <-timeout:
+			return "", fmt.Errorf("child: no %q within %s; output:\n%s", prefix, d, c.stderrTail())
+		}
+	}
+}
+
+func (c *childProc) stderrTail() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stderr.String()
+}
+
+// stop closes the child's stdin (its signal to shut down) and waits for it, killing it
+// after 20 s.
+func (c *childProc) stop() {
+	_ = c.stdin.Close()
+	go func() {
+		for range c.lines {
+		}
+	}()
+	select {
+	case <-c.exited:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}

@@ -1,0 +1,237 @@
+// Command outboxbench compares watermill-outbox with Watermill's own outbox
+// (watermill-sql v4 and components/forwarder) and with hand-written raw baselines, on
+// MariaDB/MySQL and PostgreSQL, in one run on one machine.
+//
+//	go run ./cmd/outboxbench                    # full run, both databases (make bench)
+//	go run ./cmd/outboxbench -short -runs 1     # small counts (CI, make bench-short)
+//	go run ./cmd/outboxbench -db postgres -sections drain,latency
+//
+// Sections: publish (N messages in one business transaction), drain (a queued backlog
+// into a no-op publisher), brokers (forward to RabbitMQ and to Kafka/kfake), latency
+// (commit to publish), scaling (1, 2, 4 forwarders on one table), memory (peak RSS and
+// allocations draining a large backlog, in a child process).
+//
+// Each section prints a markdown table (median of -runs repetitions with the min–max
+// spread) and one line per figure, `RESULT <db>/<section>/<figure> <median> <unit>`.
+// Ratios are computed within each repetition from contenders run back to back, then
+// their median is taken.
+//
+// Services come from flags, defaulting to the OUTBOX_TEST_* variables the tests use,
+// then to this machine's local servers. The process re-executes itself for the
+// out-of-process measurements (a polling forwarder, the memory drain).
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type config struct {
+	short    bool
+	runs     int
+	dbs      []string
+	sections []string
+	dsn      map[string]string
+	amqpURL  string
+
+	publishTx      map[int]int // messages per transaction -> transactions per run
+	drainRows      int
+	drainLimit     time.Duration // a drain still running after this is cut short
+	brokerRows     int
+	latencySamples int
+	scaleRows      int
+	memoryRows     int
+	memoryRuns     int // 0: runs
+}
+
+var allSections = []string{"publish", "drain", "brokers", "latency", "scaling", "memory"}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func main() {
+	if role := os.Getenv(childRoleEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole harness; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outboxbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	short := fs.Bool("short", false, "small counts (CI): finishes in a few minutes")
+	runs := fs.Int("runs", 0, "repetitions per figure (default 3, or 1 with -short)")
+	dbs := fs.String("db", "mysql,postgres", "databases: mysql, postgres")
+	sections := fs.String("sections", strings.Join(allSections, ","), "sections to run")
+	mysqlDSN := fs.String("mysql-dsn", envOr("OUTBOX_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"), "MariaDB/MySQL DSN")
+	pgDSN := fs.String("postgres-dsn", envOr("OUTBOX_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN")
+	amqpURL := fs.String("amqp-url", envOr("OUTBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (\"\" skips the RabbitMQ figures)")
+	drainRows := fs.Int("drain-rows", 0, "override the drain backlog size")
+	memoryRuns := fs.Int("memory-runs", 0, "repetitions of the memory section (default 1, or -runs with -short)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := config{
+		short: *short, runs: *runs, dsn: map[string]string{"mysql": *mysqlDSN, "postgres": *pgDSN},
+		amqpURL: *amqpURL,
+	}
+	for _, d := range strings.Split(*dbs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			cfg.dbs = append(cfg.dbs, d)
+		}
+	}
+	for _, s := range strings.Split(*sections, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(allSections, s) {
+			fmt.Fprintf(stderr, "outboxbench: unknown section %q (have %s)\n", s, strings.Join(allSections, ", "))
+			return 2
+		}
+		cfg.sections = append(cfg.sections, s)
+	}
+	if cfg.short {
+		if cfg.runs == 0 {
+			cfg.runs = 1
+		}
+		cfg.publishTx = map[int]int{1: 40, 64: 10, 1000: 2}
+		cfg.drainRows, cfg.drainLimit = 5_000, 20*time.Second
+		cfg.brokerRows = 1_000
+		cfg.latencySamples = 60
+		cfg.scaleRows = 5_000
+		cfg.memoryRows = 50_000
+	} else {
+		if cfg.runs == 0 {
+			cfg.runs = 3
+		}
+		cfg.publishTx = map[int]int{1: 300, 64: 60, 1000: 10}
+		cfg.drainRows, cfg.drainLimit = 100_000, 60*time.Second
+		cfg.brokerRows = 20_000
+		cfg.latencySamples = 500
+		cfg.scaleRows = 20_000
+		cfg.memoryRows = 1_000_000
+		// One 1,000,000-row drain takes minutes: peak RSS and allocations per message
+		// are not timing figures, and a single run keeps `make bench` under an hour.
+		cfg.memoryRuns = 1
+	}
+	if *memoryRuns > 0 {
+		cfg.memoryRuns = *memoryRuns
+	}
+	if cfg.memoryRuns == 0 {
+		cfg.memoryRuns = cfg.runs
+	}
+	if *drainRows > 0 {
+		cfg.drainRows = *drainRows
+	}
+	if cfg.runs < 1 {
+		fmt.Fprintln(stderr, "outboxbench: -runs must be at least 1")
+		return 2
+	}
+
+	start := time.Now()
+	fmt.Fprintf(stdout, "# outboxbench %s\n\n", start.UTC().Format(time.RFC3339))
+	mode := "full"
+	if cfg.short {
+		mode = "short"
+	}
+	fmt.Fprintf(stdout, "mode %s, %d run(s) per figure; %s, GOMAXPROCS %d, %d CPUs, %s RAM\n",
+		mode, cfg.runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), memTotal())
+
+	failed := false
+	for _, name := range cfg.dbs {
+		e, err := openEngine(name, cfg.dsn[name])
+		if err != nil {
+			fmt.Fprintf(stdout, "\n## %s\n\nFAILED: %v\n", name, err)
+			failed = true
+			continue
+		}
+		fmt.Fprintf(stdout, "\n## %s (%s)\n", name, e.version(ctx))
+		for _, s := range cfg.sections {
+			if ctx.Err() != nil {
+				break
+			}
+			t0 := time.Now()
+			sec := runSection(ctx, s, e, cfg)
+			sec.print(stdout)
+			fmt.Fprintf(stderr, "outboxbench: %s/%s took %s\n", name, s, time.Since(t0).Round(time.Second))
+			if sec.failure != nil {
+				failed = true
+			}
+		}
+		e.db.Close()
+	}
+	fmt.Fprintf(stdout, "\ntotal %s\n", time.Since(start).Round(time.Second))
+	if failed || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+func runSection(ctx context.Context, name string, e *engine, cfg config) *section {
+	var sec *section
+	var err error
+	switch name {
+	case "publish":
+		sec = newSection(e.name, name, "1. Publish path: N messages in one business transaction")
+		err = publishSection(ctx, e, cfg, sec)
+	case "drain":
+		sec = newSection(e.name, name, fmt.Sprintf("2. Drain: %d queued messages into a no-op publisher", cfg.drainRows))
+		err = drainSection(ctx, e, cfg, sec)
+	case "brokers":
+		sec = newSection(e.name, name, fmt.Sprintf("3. Forward %d messages to RabbitMQ and Kafka (kfake)", cfg.brokerRows))
+		err = brokersSection(ctx, e, cfg, sec)
+	case "latency":
+		sec = newSection(e.name, name, "4. Latency commit → publish (one message per transaction)")
+		err = latencySection(ctx, e, cfg, sec)
+	case "scaling":
+		sec = newSection(e.name, name, fmt.Sprintf("5. Scaling: %d ordered messages (64 lanes, 1,000 keys), 1/2/4 forwarders", cfg.scaleRows))
+		err = scalingSection(ctx, e, cfg, sec)
+	case "memory":
+		sec = newSection(e.name, name, fmt.Sprintf("6. Memory: draining a %d-row backlog (child process)", cfg.memoryRows))
+		err = memorySection(ctx, e, cfg, sec)
+	}
+	sec.failure = err
+	return sec
+}
+
+func (e *engine) version(ctx context.Context) string {
+	var v string
+	if err := e.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return "version unknown: " + err.Error()
+	}
+	return v
+}
+
+func memTotal() string {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return "?"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return fmt.Sprintf("%.1f GiB", kb/(1<<20))
+		}
+	}
+	return "?"
+}

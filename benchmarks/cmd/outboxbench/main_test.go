@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
+)
+
+// The harness re-executes its own binary for the out-of-process measurements; under
+// `go test` that binary is the test binary, so the child roles start here.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childRoleEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	os.Exit(m.Run())
+}
+
+// configured returns the service's address from the environment, "" when it is not
+// set and not required (OUTBOX_TEST_REQUIRE), and fails the test when it is required
+// but missing.
+func configured(t *testing.T, service string) string {
+	t.Helper()
+	v := os.Getenv(testenv.EnvVar(service))
+	if v == "" && testenv.Required(service) {
+		t.Fatalf("%s is required (OUTBOX_TEST_REQUIRE) but %s is not set", service, testenv.EnvVar(service))
+	}
+	return v
+}
+
+// TestShortHarness runs the whole harness in -short mode (what CI runs, so that it
+// cannot rot) against every configured database and checks that each section of each
+// database printed its table and RESULT lines, and nothing failed.
+func TestShortHarness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the short harness takes a few minutes; skipped with -short")
+	}
+	var dbs []string
+	args := []string{"-short"}
+	if dsn := configured(t, testenv.MySQL); dsn != "" {
+		dbs = append(dbs, "mysql")
+		args = append(args, "-mysql-dsn", dsn)
+	}
+	if dsn := configured(t, testenv.Postgres); dsn != "" {
+		dbs = append(dbs, "postgres")
+		args = append(args, "-postgres-dsn", dsn)
+	}
+	if len(dbs) == 0 {
+		t.Skip("neither OUTBOX_TEST_MYSQL_DSN nor OUTBOX_TEST_POSTGRES_DSN is set")
+	}
+	amqpURL := configured(t, testenv.AMQP)
+	args = append(args, "-db", strings.Join(dbs, ","), "-amqp-url", amqpURL)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("outboxbench %s:\n%s\n%s", strings.Join(args, " "), out, stderr.String())
+	if code != 0 {
+		t.Fatalf("outboxbench exited with %d", code)
+	}
+	if strings.Contains(out, "FAILED") {
+		t.Fatal("a section failed")
+	}
+	for _, db := range dbs {
+		for _, sec := range allSections {
+			if !strings.Contains(out, "\nRESULT "+db+"/"+sec+"/") {
+				t.Errorf("no RESULT line for %s/%s", db, sec)
+			}
+		}
+		if amqpURL != "" && !strings.Contains(out, "\nRESULT "+db+"/brokers/rabbitmq/") {
+			t.Errorf("no RabbitMQ RESULT line for %s", db)
+		}
+		if !strings.Contains(out, "\nRESULT "+db+"/brokers/kafka/") {
+			t.Errorf("no Kafka RESULT line for %s", db)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "RESULT" && (len(f) != 4 || f[2] == "NaN" || f[2] == "+Inf") {
+			t.Errorf("malformed RESULT line %q", line)
+		}
+	}
+}
+
+func TestPercentileAndMedian(t *testing.T) {
+	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if got := percentile(v, 0.5); got != 5 {
+		t.Errorf("p50 = %v, want 5", got)
+	}
+	if got := percentile(v, 0.99); got != 10 {
+		t.Errorf("p99 = %v, want 10", got)
+	}
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("median = %v, want 2", got)
+	}
+	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("median = %v, want 2.5", got)
+	}
+}

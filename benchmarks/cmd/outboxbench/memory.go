@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// memorySection: the parent fills the table; a child process of this binary that does
+// nothing but drain it (default Config, no-op publisher) reports its peak RSS (VmHWM)
+// and allocations per message.
+func memorySection(ctx context.Context, e *engine, cfg config, sec *section) error {
+	for run := 0; run < cfg.memoryRuns; run++ {
+		t, err := e.newOutboxTable(ctx)
+		if err != nil {
+			return err
+		}
+		rep, err := func() (memoryReport, error) {
+			defer t.drop()
+			if err := fillOutbox(ctx, t, cfg.memoryRows, 0, destination); err != nil {
+				return memoryReport{}, err
+			}
+			child, err := startChild(ctx, roleMemory, e, t.opts.TablePrefix, cfg.memoryRows)
+			if err != nil {
+				return memoryReport{}, err
+			}
+			defer child.stop()
+			line, err := child.waitLine("MEMORY ", 30*time.Minute)
+			if err != nil {
+				return memoryReport{}, err
+			}
+			var rep memoryReport
+			err = json.Unmarshal([]byte(strings.TrimPrefix(line, "MEMORY ")), &rep)
+			return rep, err
+		}()
+		if err != nil {
+			return err
+		}
+		const mib = 1 << 20
+		sec.add("peak_rss_mib", "peak RSS (VmHWM) of the draining process", "MiB", float64(rep.PeakRSS)/mib)
+		sec.add("start_rss_mib", "RSS before the drain (connected, idle)", "MiB", float64(rep.StartRSS)/mib)
+		sec.add("peak_heap_mib", "peak Go heap in use", "MiB", float64(rep.PeakHeap)/mib)
+		sec.add("allocs_per_msg", "allocations per message", "allocs/msg", rep.AllocsPerMsg)
+		sec.add("bytes_per_msg", "bytes allocated per message", "B/msg", rep.BytesPerMsg)
+		sec.add("msgs_per_s", "drain rate", "msgs/s", rep.Rate)
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	wmforwarder "github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/publisher"
+)
+
+// publishSection: each transaction inserts one business row and N messages, then
+// commits. Three contenders take turns transaction by transaction (the order rotates),
+// so they meet the same database state; each run sums their times and computes the
+// ratios from those sums.
+func publishSection(ctx context.Context, e *engine, cfg config, sec *section) error {
+	ours, err := e.newOutboxTable(ctx)
+	if err != nil {
+		return err
+	}
+	defer ours.drop()
+	raw, err := e.newOutboxTable(ctx)
+	if err != nil {
+		return err
+	}
+	defer raw.drop()
+	wm, err := e.newWMTables(ctx, false, 0)
+	if err != nil {
+		return err
+	}
+	defer wm.drop()
+	orders := e.quote(ours.opts.TablePrefix + "orders")
+	ddl := "CREATE TABLE " + orders + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, customer VARCHAR(64) NOT NULL, amount BIGINT NOT NULL)"
+	if e.name == "postgres" {
+		ddl = "CREATE TABLE " + orders + " (id BIGSERIAL PRIMARY KEY, customer VARCHAR(64) NOT NULL, amount BIGINT NOT NULL)"
+	}
+	if _, err := e.db.ExecContext(ctx, ddl); err != nil {
+		return err
+	}
+	defer e.db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+orders)
+	business := fmt.Sprintf("INSERT INTO %s (customer, amount) VALUES (%s, %s)", orders, e.ph(1), e.ph(2))
+
+	ob, err := publisher.New(ours.store, publisher.Config{}, nil)
+	if err != nil {
+		return err
+	}
+	p := &publishPath{e: e, ob: ob, raw: raw, wm: wm, business: business}
+
+	sizes := []int{1, 64, 1000}
+	for _, n := range sizes {
+		txs := cfg.publishTx[n]
+		// One untimed round first: connection setup, statement caches.
+		if err := p.round(ctx, n, 0); err != nil {
+			return err
+		}
+		for run := 0; run < cfg.runs; run++ {
+			var sum [3]time.Duration
+			for i := 0; i < txs; i++ {
+				d, err := p.roundTimed(ctx, n, i+run)
+				if err != nil {
+					return err
+				}
+				for k := range sum {
+					sum[k] += d[k]
+				}
+			}
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(txs) }
+			key := fmt.Sprintf("n%d", n)
+			sec.add(key+"/ours_us_per_tx", fmt.Sprintf("N=%d ours (publisher)", n), "µs/tx", per(sum[0]))
+			sec.add(key+"/watermill_us_per_tx", fmt.Sprintf("N=%d watermill-sql", n), "µs/tx", per(sum[1]))
+			sec.add(key+"/raw_us_per_tx", fmt.Sprintf("N=%d raw INSERT", n), "µs/tx", per(sum[2]))
+			sec.add(key+"/ours_msgs_per_s", fmt.Sprintf("N=%d ours throughput", n), "msgs/s", float64(n*txs)/sum[0].Seconds())
+			sec.add(key+"/ratio_ours_raw", fmt.Sprintf("N=%d time ours / raw", n), "ratio", float64(sum[0])/float64(sum[2]))
+			sec.add(key+"/ratio_watermill_ours", fmt.Sprintf("N=%d time watermill-sql / ours", n), "ratio", float64(sum[1])/float64(sum[0]))
+		}
+		// Keep the tables small between sizes.
+		for _, t := range []string{ours.name(), raw.name(), wm.messagesTable()} {
+			if _, err := e.db.ExecContext(ctx, "DELETE FROM "+t); err != nil {
+				return err
+			}
+		}
+	}
+	sec.note("%s", "Each transaction: one business INSERT + N messages + COMMIT, one connection from the pool. "+
+		"ours = publisher.Begin/Publish/Commit; watermill-sql = sql.NewPublisher on the *sql.Tx (DefaultSchema, schema created beforehand) "+
+		"wrapped in components/forwarder's envelope publisher, as Watermill's outbox is used; "+
+		"raw = one hand-written multi-row INSERT of the same outbox rows (headers encoded with headercodec). "+
+		"Ratios > 1 mean the first contender takes longer. Per run: "+fmt.Sprint(cfg.publishTx)+" transactions (N: count).")
+	return nil
+}
+
+type publishPath struct {
+	e        *engine
+	ob       *publisher.Outbox
+	raw      *outboxTable
+	wm       *wmTables
+	business string
+	rawSQL   map[int]string
+}
+
+func (p *publishPath) round(ctx context.Context, n, rot int) error {
+	_, err := p.roundTimed(ctx, n, rot)
+	return err
+}
+
+// roundTimed runs one transaction of each contender (order rotated by rot) and returns
+// their durations: ours, watermill-sql, raw.
+func (p *publishPath) roundTimed(ctx context.Context, n, rot int) ([3]time.Duration, error) {
+	var d [3]time.Duration
+	fns := [3]func(context.Context, []*message.Message) error{p.ours, p.watermill, p.rawInsert}
+	msgs := newMessages(n)
+	for k := 0; k < 3; k++ {
+		i := (k + rot) % 3
+		t0 := time.Now()
+		if err := retry(ctx, p.e, func() error { return fns[i](ctx, msgs) }); err != nil {
+			return d, fmt.Errorf("%s: %w", [3]string{"ours", "watermill-sql", "raw"}[i], err)
+		}
+		d[i] = time.Since(t0)
+	}
+	return d, nil
+}
+
+func (p *publishPath) ours(ctx context.Context, msgs []*message.Message) error {
+	tx, err := p.ob.Begin(ctx, p.e.db)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.SQLTx().ExecContext(ctx, p.business, "c-42", 1999); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Publish(destination, msgs...); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (p *publishPath) watermill(ctx context.Context, msgs []*message.Message) error {
+	tx, err := p.e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := func() error {
+		if _, err := tx.ExecContext(ctx, p.business, "c-42", 1999); err != nil {
+			return err
+		}
+		pub, err := p.wm.publisherOn(tx)
+		if err != nil {
+			return err
+		}
+		fp := wmforwarder.NewPublisher(pub, wmforwarder.PublisherConfig{ForwarderTopic: p.wm.topic})
+		return fp.Publish(destination, msgs...)
+	}(); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// rawInsert is the floor: the same outbox rows in one hand-written multi-row INSERT
+// (statement text cached per size, as hand-written code would).
+func (p *publishPath) rawInsert(ctx context.Context, msgs []*message.Message) error {
+	if p.rawSQL == nil {
+		p.rawSQL = map[int]string{}
+	}
+	const cols = 8
+	q, ok := p.rawSQL[len(msgs)]
+	if !ok {
+		var b strings.Builder
+		b.WriteString("INSERT INTO " + p.raw.name() + " (id, message_uuid, lane, destination, headers, body, created_at, deliver_at) VALUES ")
+		for i := range msgs {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('(')
+			for c := 0; c < cols; c++ {
+				if c > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(p.e.ph(i*cols + c + 1))
+			}
+			b.WriteByte(')')
+		}
+		q = b.String()
+		p.rawSQL[len(msgs)] = q
+	}
+	now := time.Now().UTC()
+	args := make([]any, 0, cols*len(msgs))
+	for _, m := range msgs {
+		id := outbox.NewID()
+		args = append(args, id[:], m.UUID, nil, destination, headercodec.EncodeMetadata(nil, m.Metadata), []byte(m.Payload), now, now)
+	}
+	tx, err := p.e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, p.business, "c-42", 1999); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
