@@ -106,7 +106,7 @@ func RestartMariaDB(ctx context.Context, db *sql.DB, addr string, down time.Dura
 // db answers.
 func StartMariaDB(ctx context.Context, db *sql.DB) error {
 	out, err := exec.CommandContext(ctx, "start-stop-daemon", "--start", "--oknodo", "--background",
-		"--exec", "/usr/sbin/mariadbd").CombinedOutput()
+		"--exec", "/usr/sbin/mariadbd", "--", "--user=mysql").CombinedOutput() // as scripts/services does
 	if err != nil {
 		return fmt.Errorf("start mariadbd: %v: %s", err, out)
 	}
