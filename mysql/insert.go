@@ -3,12 +3,9 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
-
-	driver "github.com/go-sql-driver/mysql"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
@@ -22,6 +19,10 @@ const (
 	argsPerRow = 8
 	// packetMargin leaves room for the packet header and the driver's framing.
 	packetMargin = 4 << 10
+	// maxStatementBytes caps one statement whatever the server allows. Beyond a few MiB
+	// a statement saves nothing measurable, and the DSN's maxAllowedPacket (driver side,
+	// 64 MiB by default) is not visible to the store.
+	maxStatementBytes = 4 << 20
 	// defaultMaxPacket is assumed when the server's value cannot be read as a number.
 	defaultMaxPacket = 4 << 20
 )
@@ -60,8 +61,10 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	if err != nil {
 		return wrapErr("insert", err)
 	}
-	// Escaping can double binary values in interpolated statements: budget for that.
-	budget := maxPacket - packetMargin
+	// The driver refuses (and drops the connection for) a packet above the DSN's
+	// maxAllowedPacket, which the store cannot see: statements stay under
+	// maxStatementBytes too, so any DSN value from 4 MiB up works.
+	budget := min(maxPacket, maxStatementBytes) - packetMargin
 
 	buf := insertPool.Get().(*insertBuf)
 	defer func() {
@@ -94,15 +97,6 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		}
 		buf.sql, buf.args = b, args
 		if _, err := tx.ExecContext(ctx, string(b), args...); err != nil {
-			if errors.Is(err, driver.ErrPktTooLarge) && end-start > 1 {
-				// The DSN's maxAllowedPacket is below the server's: the driver refused the
-				// packet before sending anything. Remember a smaller budget and redo the
-				// chunk in halves.
-				budget = max(size/2, 64<<10)
-				s.maxPacket.Store(int64(budget + packetMargin))
-				clear(args)
-				continue
-			}
 			return wrapErr(fmt.Sprintf("insert rows %d..%d of %d", start, end-1, len(records)), err)
 		}
 		clear(args)

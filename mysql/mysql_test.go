@@ -188,7 +188,7 @@ func TestSchemaQualified(t *testing.T) {
 // MariaDB here, while the driver assumes 64 MiB) and more placeholders than a prepared
 // statement takes, through both DSN forms.
 func TestInsertChunking(t *testing.T) {
-	smallPacket := dsnVariant{"driver-max-packet-1MiB", func(c *driver.Config) { c.MaxAllowedPacket = 1 << 20 }}
+	smallPacket := dsnVariant{"driver-max-packet-4MiB", func(c *driver.Config) { c.MaxAllowedPacket = 4 << 20 }}
 	for _, v := range []dsnVariant{plainDSN, otherDSN, smallPacket} {
 		t.Run(v.name, func(t *testing.T) {
 			db := openDB(t, v)
