@@ -378,6 +378,12 @@ func TestHealthStatsMetrics(t *testing.T) {
 			defer spy.mu.Unlock()
 			return len(spy.backlog) > 0 && len(spy.backlog[len(spy.backlog)-1].Lanes) == 0
 		})
+		// Counters move right after the delete.
+		waitFor(t, 5*time.Second, "sent counted", func() bool {
+			spy.mu.Lock()
+			defer spy.mu.Unlock()
+			return spy.sent[outbox.Unordered] == 1 && spy.sent[oldKeyed.Lane] == 1
+		})
 		s := f.Stats()
 		if s.Unordered.Sent != 1 || len(s.HeldLanes) != tb.opts.Lanes || s.SampledAt.IsZero() {
 			t.Fatalf("stats %+v", s)

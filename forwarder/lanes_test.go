@@ -457,13 +457,13 @@ func TestShutdownReleasesClaimedRows(t *testing.T) {
 		recA.gate = gate
 		a, stopA := start(t, tb.store, Targets{"": recA}, cfg)
 		waitFor(t, 10*time.Second, "a sending the lane's head", func() bool { return recA.callCount() == 2 })
-		if len(a.Stats().HeldLanes) != tb.opts.Lanes {
-			t.Fatal("a does not hold every lane")
-		}
+		var openGate sync.Once
+		t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
+		waitFor(t, 10*time.Second, "a holds every lane", func() bool { return len(a.Stats().HeldLanes) == tb.opts.Lanes })
 		stopped := make(chan struct{})
 		go func() { stopA(); close(stopped) }()
 		time.Sleep(50 * time.Millisecond) // Close is waiting for the messages in flight
-		close(gate)
+		openGate.Do(func() { close(gate) })
 		<-stopped
 		if got := recA.got(); len(got) != 2 {
 			t.Fatalf("a sent %d messages after Close, want only the 2 in flight", len(got))
