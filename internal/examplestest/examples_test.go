@@ -53,6 +53,9 @@ func binary(t *testing.T, name string) string {
 			return
 		}
 		args := []string{"build", "-o", build.dir + string(filepath.Separator)}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
 		for _, e := range entries {
 			if e.IsDir() {
 				args = append(args, "./_examples/"+e.Name())

@@ -1,0 +1,5 @@
+//go:build !race
+
+package examplestest
+
+const raceEnabled = false
