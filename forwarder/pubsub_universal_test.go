@@ -27,7 +27,10 @@ import (
 //     and once forwarded in the persistent gochannel; a later subscriber gets it.
 //   - NewSubscriberReceivesOldMessages: the persistent gochannel replays everything.
 //   - ExactlyOnceDelivery false: the forwarder is at-least-once.
-//   - GuaranteedOrder false: messages without an ordering key are forwarded concurrently.
+//   - GuaranteedOrder false: messages without an ordering key are forwarded concurrently,
+//     and the persistent gochannel replays stored messages to a new subscriber
+//     concurrently too (per-key order through the outbox is shown end to end on Kafka by
+//     TestE2E_RabbitMQAndKafka and the lane tests).
 //   - ConsumerGroups false, ContextPreserved false (the context does not travel through
 //     the database).
 //
