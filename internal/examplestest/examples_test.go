@@ -203,6 +203,23 @@ func TestQuickstartUnreachableDatabase(t *testing.T) {
 	}
 }
 
+// A scheduled message that cannot come in time: the run fails (exit 1) and says what is
+// missing, so a CI run of the quickstart cannot pass with messages lost.
+func TestQuickstartTimeout(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.MySQL)
+	prefix := testenv.Prefix(t)
+	dropTables(t, "mysql", dsn, prefix, append(outboxTables, "orders")...)
+	r := run(t, "quickstart", "-dsn", dsn, "-prefix", prefix, "-timeout", "10s", "-schedule", "10m")
+	if r.code != 1 {
+		t.Fatalf("exit status %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "timed out after 10s waiting for PaymentReminder") ||
+		!strings.Contains(r.stdout, "scheduled delivered after due  NO: not received") || !strings.HasSuffix(r.stdout, "FAIL\n") {
+		t.Errorf("the failure is not explained:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+}
+
 func TestExistingTx(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.DSN(t, testenv.MySQL)
