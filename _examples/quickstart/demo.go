@@ -158,6 +158,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return failed("%s", strings.Join(problems, "; "))
 	}
 	out.printf("OK\n")
+	dsnArg := "'" + s.dsn + "'"
+	if dsn.Password(s.dsn) != "" {
+		dsnArg = "'...'" // never print a password
+	}
+	out.printf("\nnext: look at the outbox table with\n  go run ./cmd/outboxctl stats -dialect %s -dsn %s -prefix %s\n", s.db, dsnArg, s.prefix)
 	return 0
 }
 

@@ -147,6 +147,7 @@ var quickstartSummary = []string{
 	"per-key order held             yes (alice 1,2,3,4; bob 1,2; carol 1,2,3)",
 	"scheduled delivered after due  yes",
 	"\nOK\n",
+	"next: look at the outbox table",
 }
 
 func TestQuickstart(t *testing.T) {
