@@ -44,13 +44,25 @@ func openEngine(name, dsn string) (*engine, error) {
 	}
 	// database/sql keeps only 2 idle connections by default, so every concurrent
 	// contender would reconnect constantly; all of them get the same pool.
-	db.SetMaxIdleConns(64)
-	db.SetMaxOpenConns(64)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("%s: %w", name, err)
+	// PostgreSQL allows 100 connections by default and the harness shares the server
+	// (with a child process at times): at most 32 here, and idle ones go soon.
+	db.SetMaxIdleConns(32)
+	db.SetMaxOpenConns(32)
+	db.SetConnMaxIdleTime(3 * time.Second)
+	// A busy server may refuse a connection for a moment (too many clients): retry.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			db.Close()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	e.db = db
 	return e, nil

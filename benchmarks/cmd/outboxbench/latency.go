@@ -124,7 +124,7 @@ func latencyPolling(ctx context.Context, e *engine, samples int) ([]float64, err
 		return nil, err
 	}
 	defer t.drop()
-	child, err := startChild(ctx, roleForwarder, e, t.opts.TablePrefix, 0)
+	child, err := startChild(ctx, roleForwarder, e, t.opts.TablePrefix, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +229,7 @@ const (
 	childDSNEnv    = "OUTBOXBENCH_CHILD_DSN"
 	childPrefixEnv = "OUTBOXBENCH_CHILD_PREFIX"
 	childRowsEnv   = "OUTBOXBENCH_CHILD_ROWS"
+	childLimitEnv  = "OUTBOXBENCH_CHILD_LIMIT"
 )
 
 type childProc struct {
@@ -241,7 +242,7 @@ type childProc struct {
 }
 
 // startChild runs this executable in role; it stops when its stdin closes.
-func startChild(ctx context.Context, role string, e *engine, prefix string, rows int) (*childProc, error) {
+func startChild(ctx context.Context, role string, e *engine, prefix string, rows int, limit time.Duration) (*childProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -249,7 +250,7 @@ func startChild(ctx context.Context, role string, e *engine, prefix string, rows
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(),
 		childRoleEnv+"="+role, childDBEnv+"="+e.name, childDSNEnv+"="+e.dsn,
-		childPrefixEnv+"="+prefix, childRowsEnv+"="+strconv.Itoa(rows))
+		childPrefixEnv+"="+prefix, childRowsEnv+"="+strconv.Itoa(rows), childLimitEnv+"="+limit.String())
 	c := &childProc{cmd: cmd, lines: make(chan string, 1024), exited: make(chan struct{})}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err

@@ -51,6 +51,7 @@ type config struct {
 	scaleRows      int
 	memoryRows     int
 	memoryRuns     int // 0: runs
+	memoryLimit    time.Duration
 }
 
 var allSections = []string{"publish", "drain", "brokers", "latency", "scaling", "memory"}
@@ -117,6 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.latencySamples = 60
 		cfg.scaleRows = 5_000
 		cfg.memoryRows = 50_000
+		cfg.memoryLimit = 20 * time.Second
 	} else {
 		if cfg.runs == 0 {
 			cfg.runs = 3
@@ -130,6 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// One 1,000,000-row drain takes minutes: peak RSS and allocations per message
 		// are not timing figures, and a single run keeps `make bench` under an hour.
 		cfg.memoryRuns = 1
+		cfg.memoryLimit = 3 * time.Minute
 	}
 	if *memoryRuns > 0 {
 		cfg.memoryRuns = *memoryRuns
