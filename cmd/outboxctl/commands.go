@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -406,9 +407,14 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 	for _, m := range members {
 		fmt.Fprintf(w, "  %s  holds %d lanes\n", m, out.Held[m])
 	}
-	for owner, n := range out.Held {
+	owners := make([]string, 0, len(out.Held))
+	for owner := range out.Held {
+		owners = append(owners, owner)
+	}
+	sort.Strings(owners)
+	for _, owner := range owners {
 		if !contains(members, owner) {
-			fmt.Fprintf(w, "  %s  holds %d lanes (no live heartbeat: its leases run out)\n", owner, n)
+			fmt.Fprintf(w, "  %s  holds %d lanes (no live heartbeat: its leases run out)\n", owner, out.Held[owner])
 		}
 	}
 	if len(out.Leases) == 0 {
