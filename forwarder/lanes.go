@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,14 +54,16 @@ func (f *Forwarder) runLeases() {
 	// Membership is checked more often than leases are renewed, so that lanes released
 	// by a forwarder that left are taken over within about MaxPollInterval.
 	tick := min(renewEvery, f.cfg.MaxPollInterval)
-	var lastRenew time.Time
+	var nextRenew, lastRenew time.Time
 	for {
-		renew := time.Since(lastRenew) >= renewEvery-tick/2
+		// Renewals keep their cadence however long a round takes on a slow database.
+		renew := !time.Now().Before(nextRenew)
 		if renew {
 			lastRenew = time.Now()
+			nextRenew = lastRenew.Add(renewEvery)
 		}
 		f.leaseTick(holds, renew)
-		if !sleep(tick, f.stopping, nil) {
+		if !sleep(max(min(tick, time.Until(nextRenew)), 0), f.stopping, nil) {
 			break
 		}
 	}
@@ -96,31 +99,59 @@ func (f *Forwarder) reap(holds map[int]*laneHold) {
 	}
 }
 
+// leaseRenewers bounds the concurrent lease renewals: one after the other, 64 renewals
+// on a loaded database can take longer than the lease lasts.
+const leaseRenewers = 8
+
 func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
 	defer cancel()
-	for lane, h := range holds {
-		if h.lost {
-			continue
+	type result struct {
+		h     *laneHold
+		now   time.Time
+		until time.Time
+		ok    bool
+		err   error
+	}
+	var results []result
+	for _, h := range holds {
+		if !h.lost {
+			results = append(results, result{h: h})
 		}
-		now := f.now()
-		until := now.Add(f.cfg.LeaseTTL)
-		ok, err := f.store.RenewLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: h.token, Now: now, Until: until})
+	}
+	sem := make(chan struct{}, leaseRenewers)
+	var wg sync.WaitGroup
+	for i := range results {
+		r := &results[i]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r.now = f.now()
+			r.until = r.now.Add(f.cfg.LeaseTTL)
+			r.ok, r.err = f.store.RenewLease(ctx, outbox.LeaseParams{Lane: r.h.lane, Owner: f.cfg.Owner, Token: r.h.token, Now: r.now, Until: r.until})
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		h, lane := r.h, r.h.lane
 		switch {
-		case err != nil:
-			if now.UnixNano() >= h.until.Load() {
-				f.logger.Error("Lane lease expired while it could not be renewed; stopping the lane", err, watermill.LogFields{"lane": lane})
+		case r.err != nil:
+			if r.now.UnixNano() >= h.until.Load() {
+				f.logger.Error("Lane lease expired while it could not be renewed; stopping the lane", r.err, watermill.LogFields{"lane": lane})
 				h.lost = true
 				h.cancel()
 			} else {
-				f.logger.Error("Cannot renew a lane lease; will retry", err, watermill.LogFields{"lane": lane})
+				f.logger.Error("Cannot renew a lane lease; will retry", r.err, watermill.LogFields{"lane": lane})
 			}
-		case !ok:
-			f.logger.Info("Lane lease lost (taken over); stopping the lane", watermill.LogFields{"lane": lane})
+		case !r.ok:
+			if !f.isStopping() { // at shutdown the worker has just released it
+				f.logger.Info("Lane lease lost (taken over); stopping the lane", watermill.LogFields{"lane": lane})
+			}
 			h.lost = true
 			h.cancel()
 		default:
-			h.until.Store(until.UnixNano())
+			h.until.Store(r.until.UnixNano())
 		}
 	}
 }
@@ -379,8 +410,12 @@ func (f *Forwarder) runLane(h *laneHold) {
 		}
 		now := f.now()
 		if !leaseLive(now) {
-			log("Lane lease about to expire unrenewed; stopping the lane", nil, nil)
-			return
+			// The lease manager has not renewed in time (slow database): send nothing
+			// until it does, or until it declares the lease lost and stops this worker.
+			if !pause(cfg.PollInterval) {
+				return
+			}
+			continue
 		}
 		if len(queue) > 0 && queue[0].until.Sub(now) < cfg.ClaimTTL/2 {
 			var ok bool
