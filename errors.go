@@ -33,6 +33,10 @@ var (
 	// ErrInvalidRecord is wrapped by insert errors for a record that cannot be stored
 	// (zero id, lane out of range, ...); nothing of the batch is written.
 	ErrInvalidRecord = errors.New("outbox: invalid record")
+
+	// ErrUnhealthy is wrapped by a forwarder's health check error when the oldest
+	// eligible row has waited longer than the threshold.
+	ErrUnhealthy = errors.New("outbox: unhealthy")
 )
 
 // RetryableError marks a transient database error (deadlock, lock wait timeout,
