@@ -58,10 +58,6 @@ func deliveryFrom(ctx context.Context) *delivery {
 	return d
 }
 
-// ErrNotFromForwarder is returned by the handler for a message that a Forwarder did not
-// emit (its context carries no row).
-var ErrNotFromForwarder = errors.New("forwarder: message has no outbox row in its context")
-
 // Forwarder claims rows of one outbox table and emits them as Watermill messages; its
 // Handler republishes them to their targets. It is a message.Subscriber (one
 // subscription) and an outbox.Notifier.
@@ -369,7 +365,7 @@ func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		d := deliveryFrom(msg.Context())
 		if d == nil {
-			return ErrNotFromForwarder
+			return errors.New("forwarder: message has no outbox row in its context (not emitted by a Forwarder)")
 		}
 		pub, ok := f.targets[d.row.Transport]
 		if !ok {

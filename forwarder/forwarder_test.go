@@ -346,7 +346,7 @@ func TestHealthStatsMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = f.Health(context.Background(), 10*time.Second)
-		if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "unordered rows") || !strings.Contains(err.Error(), fmt.Sprintf("lane %d", oldKeyed.Lane)) {
+		if !errors.Is(err, outbox.ErrUnhealthy) || !strings.Contains(err.Error(), "unordered rows") || !strings.Contains(err.Error(), fmt.Sprintf("lane %d", oldKeyed.Lane)) {
 			t.Fatalf("health with a minute-old backlog: %v", err)
 		}
 		if err := f.Health(context.Background(), 2*time.Minute); err != nil {

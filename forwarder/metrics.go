@@ -103,12 +103,10 @@ func (f *Forwarder) Stats() Snapshot {
 	return snap
 }
 
-// ErrUnhealthy is wrapped by Health errors about the backlog.
-var ErrUnhealthy = errors.New("forwarder: unhealthy")
-
-// Health reads the table's backlog now and fails (wrapping ErrUnhealthy) when the oldest
-// eligible row of any lane, or of unordered rows, has waited longer than maxAge; it also
-// fails when the forwarder is closed or the database cannot be read.
+// Health reads the table's backlog now and fails, wrapping outbox.ErrUnhealthy, when the
+// oldest eligible row of any lane, or of unordered rows, has waited longer than maxAge.
+// It also fails when the forwarder is closed (outbox.ErrClosed) or the database cannot
+// be read.
 func (f *Forwarder) Health(ctx context.Context, maxAge time.Duration) error {
 	f.mu.Lock()
 	closed := f.closed
@@ -133,7 +131,7 @@ func (f *Forwarder) Health(ctx context.Context, maxAge time.Duration) error {
 				name = "unordered rows"
 			}
 			errs = append(errs, fmt.Errorf("%w: %s: oldest eligible row waits %s (> %s), %d eligible",
-				ErrUnhealthy, name, age.Round(time.Millisecond), maxAge, l.Eligible))
+				outbox.ErrUnhealthy, name, age.Round(time.Millisecond), maxAge, l.Eligible))
 		}
 	}
 	return errors.Join(errs...)
