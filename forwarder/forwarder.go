@@ -78,15 +78,15 @@ type Forwarder struct {
 	out        chan *message.Message
 	baseCtx    context.Context
 
-	stopping  chan struct{} // closed by Close: claim nothing new
-	abandon   chan struct{} // closed when the shutdown deadline passed
+	stopping chan struct{} // closed by Close: claim nothing new
+	abandon  chan struct{} // closed when the shutdown deadline passed
 	// hardCtx is cancelled with abandon: store calls of the claim loops and lane workers
 	// stop waiting for a database that does not answer.
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
-	closeOnce sync.Once
-	closeErr  error
-	closeDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+	closeDone  chan struct{}
 
 	emitters sync.WaitGroup // goroutines that may send on out
 	services sync.WaitGroup // lease manager, completers, sampler
