@@ -212,6 +212,10 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool) {
 		f.logger.Error("Cannot list lane leases", err, nil)
 		return
 	}
+	if f.cfg.StopLaneOnPoison && !renew {
+		// A lane about to be taken over may have been stopped by its previous owner.
+		f.refreshParkedLanes(ctx)
+	}
 	now := f.now()
 	taken := make([]bool, lanes)
 	for _, l := range leases {
