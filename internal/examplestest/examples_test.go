@@ -178,6 +178,22 @@ func TestQuickstart(t *testing.T) {
 		mustSucceed(t, r, quickstartSummary...)
 		mustSucceed(t, r, "RabbitMQ at ")
 	})
+	// -kafka: a broker outside the process (kfake in this test process, standing in for a
+	// cluster); the quickstart creates its topic there (SubscribeInitialize).
+	t.Run("mysql+kafka-address", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.DSN(t, testenv.MySQL)
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cluster.Close()
+		prefix := testenv.Prefix(t)
+		dropTables(t, "mysql", dsn, prefix, append(outboxTables, "orders")...)
+		r := run(t, "quickstart", "-dsn", dsn, "-prefix", prefix, "-kafka", cluster.ListenAddrs()[0])
+		mustSucceed(t, r, quickstartSummary...)
+		mustSucceed(t, r, "Kafka at "+cluster.ListenAddrs()[0])
+	})
 	t.Run("sqlserver+kafka", func(t *testing.T) {
 		t.Parallel()
 		dsn := testenv.DSN(t, testenv.SQLServer)
