@@ -177,7 +177,7 @@ func (c Config) Validate() error {
 	if c.ClaimTTL > 0 && c.ClaimTTL < 30*time.Millisecond {
 		bad("ClaimTTL", "must be at least 30ms, got %s", c.ClaimTTL)
 	}
-	if c.Claimers > c.InFlight {
+	if c.InFlight >= 1 && c.Claimers > c.InFlight {
 		bad("Claimers", "must not exceed InFlight (%d), got %d", c.InFlight, c.Claimers)
 	}
 	if c.RetryMax < c.RetryBase {

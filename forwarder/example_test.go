@@ -3,6 +3,8 @@ package forwarder_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"log"
 	"os/signal"
 	"syscall"
@@ -12,12 +14,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/forwarder/prometheus"
 	"github.com/relayer-go/watermill-outbox/mysql"
+	"github.com/relayer-go/watermill-outbox/postgres"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -76,4 +81,25 @@ func Example_router() {
 	if err := router.Run(ctx); err != nil { // refuses to start on lanes it cannot own
 		log.Fatal(err)
 	}
+}
+
+// Configuration mistakes are reported together, each naming its field, before anything
+// runs.
+func ExampleNew_invalidConfig() {
+	db, _ := sql.Open("pgx", "postgres://localhost/app") // no connection is made here
+	store, _ := postgres.New(db, outbox.Options{TablePrefix: "orders_"})
+	pub := gochannel.NewGoChannel(gochannel.Config{}, nil)
+
+	_, err := forwarder.New(store, forwarder.Targets{"": pub}, forwarder.Config{
+		InFlight:    -1,
+		RetryJitter: 2,
+		RetryBase:   time.Minute, // above the 30s RetryMax default
+	}, nil)
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, outbox.ErrInvalidOptions))
+	// Output:
+	// outbox: invalid options: forwarder.Config.InFlight: must be at least 1, got -1
+	// outbox: invalid options: forwarder.Config.RetryMax: must not be below RetryBase (1m0s), got 30s
+	// outbox: invalid options: forwarder.Config.RetryJitter: must be between 0 and 1, got 2
+	// true
 }
