@@ -3,9 +3,11 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
@@ -14,6 +16,8 @@ import (
 const (
 	// maxPlaceholders is the most parameters a server-side prepared statement takes.
 	maxPlaceholders = 65535
+	// inlineMaxBytes is the largest chunk (by rowEstimate) sent with inlined values.
+	inlineMaxBytes = 1 << 20
 	// argsPerRow is the most parameters one row binds (instants, lane and empty values
 	// are inlined as literals).
 	argsPerRow = 8
@@ -80,20 +84,26 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		b = append(b, s.q.outbox...)
 		b = append(b, insertColumns...)
 		args := buf.args[:0]
-		size := head
+		size, params := head, 0
 		end := start
 		for end < len(records) {
-			r := &records[end]
-			rowSize := rowEstimate(r)
-			if end > start && (size+rowSize > budget || len(args)+argsPerRow > maxPlaceholders) {
+			rowSize := rowEstimate(&records[end])
+			if end > start && (size+rowSize > budget || params+argsPerRow > maxPlaceholders) {
 				break
 			}
-			if end > start {
+			size += rowSize
+			params += argsPerRow
+			end++
+		}
+		// A small chunk goes as one text statement with its values inlined as hex
+		// literals: one round trip, where a prepared statement takes two (prepare,
+		// execute) unless the DSN sets interpolateParams.
+		inline := size <= inlineMaxBytes
+		for i := start; i < end; i++ {
+			if i > start {
 				b = append(b, ',')
 			}
-			b, args = appendRow(b, args, r)
-			size += rowSize
-			end++
+			b, args = appendRow(b, args, &records[i], inline)
 		}
 		buf.sql, buf.args = b, args
 		if _, err := tx.ExecContext(ctx, string(b), args...); err != nil {
@@ -114,11 +124,14 @@ func rowEstimate(r *outbox.Record) int {
 }
 
 // appendRow appends "(...)" for r and its arguments. Instants and the lane are inlined
-// (the store formats them: digits only); empty optional values are inlined as NULL or ”.
-func appendRow(b []byte, args []any, r *outbox.Record) ([]byte, []any) {
-	b = append(b, "(?,"...)
-	args = append(args, r.ID[:])
-	b, args = appendString(b, args, r.MessageUUID, "''")
+// (the store formats them: digits only); empty optional values are inlined as NULL or
+// an empty string. With inline set every value is inlined, bytes and strings as hex
+// literals (only [0-9a-f] reaches the SQL text, whatever the value holds).
+func appendRow(b []byte, args []any, r *outbox.Record, inline bool) ([]byte, []any) {
+	b = append(b, '(')
+	b, args = appendBytes(b, args, r.ID[:], inline)
+	b = append(b, ',')
+	b, args = appendString(b, args, r.MessageUUID, "''", inline)
 	b = append(b, ',')
 	if r.Lane == outbox.Unordered {
 		b = append(b, "NULL"...)
@@ -129,31 +142,28 @@ func appendRow(b []byte, args []any, r *outbox.Record) ([]byte, []any) {
 	if r.OrderingKey == "" {
 		b = append(b, "NULL"...)
 	} else {
-		b = append(b, '?')
-		args = append(args, keyArg(r.OrderingKey))
+		b, args = appendBytes(b, args, keyArg(r.OrderingKey), inline)
 	}
 	b = append(b, ',')
-	b, args = appendString(b, args, r.Transport, "''")
+	b, args = appendString(b, args, r.Transport, "''", inline)
 	b = append(b, ',')
-	b, args = appendString(b, args, r.Destination, "''")
+	b, args = appendString(b, args, r.Destination, "''", inline)
 	b = append(b, ',')
-	b, args = appendString(b, args, r.MessageType, "NULL")
+	b, args = appendString(b, args, r.MessageType, "NULL", inline)
 	b = append(b, ',')
 	if len(r.Headers) == 0 {
 		b = append(b, emptyHeaders...)
 	} else {
-		b = append(b, '?')
-		args = append(args, r.Headers)
+		b, args = appendBytes(b, args, r.Headers, inline)
 	}
 	b = append(b, ',')
 	if len(r.Body) == 0 {
 		b = append(b, "''"...)
 	} else {
-		b = append(b, '?')
-		args = append(args, r.Body)
+		b, args = appendBytes(b, args, r.Body, inline)
 	}
 	b = append(b, ',')
-	b, args = appendString(b, args, r.TenantID, "NULL")
+	b, args = appendString(b, args, r.TenantID, "NULL", inline)
 	b = append(b, ",'"...)
 	b, _ = appendTime(b, r.CreatedAt) // validated
 	b = append(b, "','"...)
@@ -165,11 +175,24 @@ func appendRow(b []byte, args []any, r *outbox.Record) ([]byte, []any) {
 	return append(b, "')"...), args
 }
 
-func appendString(b []byte, args []any, v, empty string) ([]byte, []any) {
-	if v == "" {
-		return append(b, empty...), args
+func appendBytes(b []byte, args []any, v []byte, inline bool) ([]byte, []any) {
+	if inline {
+		return appendHex(b, v), args
 	}
 	return append(b, '?'), append(args, v)
+}
+
+func appendString(b []byte, args []any, v, empty string, inline bool) ([]byte, []any) {
+	switch {
+	case v == "":
+		return append(b, empty...), args
+	case inline:
+		b = append(b, "X'"...)
+		b = hex.AppendEncode(b, unsafe.Slice(unsafe.StringData(v), len(v)))
+		return append(b, '\''), args
+	default:
+		return append(b, '?'), append(args, v)
+	}
 }
 
 // validateRecord checks what the table would reject (or silently alter), so that a bad
