@@ -291,10 +291,12 @@ func (f *Forwarder) Close() error {
 			<-done
 		}
 		timer.Stop()
-		close(f.out)
+		// Deletes flushed, leases released and members left before the subscription
+		// ends: a router that returns has let go of everything.
 		close(f.jobs)
 		f.services.Wait()
 		f.hardCancel()
+		close(f.out)
 		f.logger.Info("Forwarder closed", nil)
 	})
 	<-f.closeDone
@@ -410,7 +412,8 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	if _, err := f.AddToRouter(r); err != nil {
 		return err
 	}
-	return r.Run(ctx)
+	err = r.Run(ctx)
+	return errors.Join(err, f.Close())
 }
 
 // watch reports the outcome of an emitted message on results; it gives up when the

@@ -477,3 +477,36 @@ func lanesOf(t *testing.T, tb *table, key string) int {
 	t.Helper()
 	return tb.row("t", key, "").Lane
 }
+
+// Run forwards in a router of its own and shuts down cleanly when ctx ends.
+func TestRunStandalone(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		cfg := fastConfig()
+		cfg.Owner = "standalone"
+		f, err := New(tb.store, Targets{"": rec}, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		tb.insert(t, tb.row("t", "", "u"), tb.row("t", "k", "o"))
+		waitFor(t, 10*time.Second, "sent", func() bool { return len(rec.got()) == 2 })
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("Run did not return after cancel")
+		}
+		leases, _ := tb.store.Leases(context.Background())
+		for _, l := range leases {
+			if l.Owner == "standalone" {
+				t.Fatalf("lane %d still leased after Run returned", l.Lane)
+			}
+		}
+	})
+}
