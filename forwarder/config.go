@@ -66,7 +66,8 @@ type Config struct {
 	MaxPollInterval time.Duration
 
 	// RetryBase and RetryMax bound the exponential backoff of a nacked row:
-	// RetryBase*2^(attempts-1), capped at RetryMax, spread by ±RetryJitter (0..1).
+	// RetryBase*2^(attempts-1), capped at RetryMax, spread by ±RetryJitter (0..1; zero
+	// takes the default, a negative value disables jitter).
 	RetryBase   time.Duration
 	RetryMax    time.Duration
 	RetryJitter float64
@@ -122,8 +123,11 @@ func (c *Config) setDefaults() {
 	setDur(&c.ShutdownTimeout, ShutdownTimeoutDefault)
 	setDur(&c.StatsInterval, StatsIntervalDefault)
 	setDur(&c.CompleteDelay, CompleteDelayDefault)
-	if c.RetryJitter == 0 {
+	switch {
+	case c.RetryJitter == 0:
 		c.RetryJitter = RetryJitterDefault
+	case c.RetryJitter < 0:
+		c.RetryJitter = 0 // explicitly none
 	}
 	if c.MaxPollInterval < c.PollInterval {
 		c.MaxPollInterval = c.PollInterval
@@ -183,7 +187,7 @@ func (c Config) Validate() error {
 	if c.RetryMax < c.RetryBase {
 		bad("RetryMax", "must not be below RetryBase (%s), got %s", c.RetryBase, c.RetryMax)
 	}
-	if c.RetryJitter < 0 || c.RetryJitter > 1 || math.IsNaN(c.RetryJitter) {
+	if c.RetryJitter > 1 || math.IsNaN(c.RetryJitter) {
 		bad("RetryJitter", "must be between 0 and 1, got %v", c.RetryJitter)
 	}
 	if c.DisableOrdered && c.DisableUnordered {

@@ -65,6 +65,19 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+func TestBackoffWithoutJitter(t *testing.T) {
+	c := Config{RetryBase: 100 * time.Millisecond, RetryMax: time.Second, RetryJitter: -1}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for attempts, want := range map[int]time.Duration{1: 100 * time.Millisecond, 3: 400 * time.Millisecond, 10: time.Second} {
+		if got := c.backoff(attempts); got != want {
+			t.Errorf("backoff(%d) = %s, want exactly %s", attempts, got, want)
+		}
+	}
+}
+
 func TestFairShare(t *testing.T) {
 	for _, tc := range []struct {
 		members []string
