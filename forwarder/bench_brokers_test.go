@@ -108,7 +108,7 @@ func BenchmarkForwardToBroker(b *testing.B) {
 					pub, topic := br.pub(b)
 					raw = rawPublish(b, pub, topic, n, inFlight)
 					st := e.table(b, db, 64)
-					fillUnordered(b, db, st, n, topic)
+					fillUnordered(b, e, db, st, n, topic)
 					cp := &countingPublisher{next: pub}
 					fwd = forwarderDrain(b, e, db, st, forwarder.Config{}, cp, cp.Count, n)
 				}
