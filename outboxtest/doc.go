@@ -9,9 +9,9 @@
 //		outboxtest.Run(t, outboxtest.Harness{
 //			Name:           "mysql",
 //			DB:             db,
-//			NewStore:       func(db *sql.DB, o outbox.Options) (outbox.Store, error) { return mysql.NewStore(db, o) },
+//			NewStore:       func(db *sql.DB, o outbox.Options) (outbox.Store, error) { return mysql.New(db, o) },
 //			Placeholder:    func(int) string { return "?" },
-//			QualifiedTable: qualified,
+//			QualifiedTable: mysql.QualifiedTable,
 //			...
 //		})
 //	}
