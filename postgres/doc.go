@@ -3,8 +3,9 @@
 // deploys its tables ([CreateScript]).
 //
 // Applications keep their *sql.DB and *sql.Tx: Insert writes a whole batch inside the
-// caller's transaction in one statement and one round trip (INSERT ... SELECT FROM
-// unnest of one array per column), whatever the batch size. Every other operation runs in
+// caller's transaction in one statement and one round trip, whatever the batch size (a
+// VALUES list for small batches, INSERT ... SELECT FROM unnest of one array per column
+// for larger ones). Every other operation runs in
 // autocommit on the pool. Claims take rows with one UPDATE over a FOR UPDATE SKIP LOCKED
 // selection, so concurrent forwarders never block one another nor the writers; ordered
 // claims check the caller's lane lease in the same statement (fencing).

@@ -17,9 +17,10 @@ import (
 	"github.com/relayer-go/watermill-outbox/headercodec"
 )
 
-// insertBuf holds one array per column of the unnest INSERT. Buffers are pooled per
-// Store so a steady stream of commits allocates no per-row memory of its own; the
-// elements alias the caller's records (pgx encodes them before Exec returns).
+// insertBuf holds one array per column of the unnest INSERT; the VALUES INSERT of small
+// batches binds pointers to the same elements. Buffers are pooled per Store so a steady
+// stream of commits allocates no per-row memory of its own; the elements alias the
+// caller's records (pgx encodes them before Exec returns).
 type insertBuf struct {
 	ids, headers, bodies                           column[byteaElem]
 	uuids, keys, transports, dests, types, tenants column[textElem]
@@ -153,9 +154,10 @@ const maxPooledRows = 16384
 var emptyBytes = []byte{}
 
 // Insert writes records in the caller's transaction with one statement (one round trip
-// once the statement is prepared on the connection), whatever the batch size. Every
-// record is validated first: an invalid one fails the call with an error wrapping
-// outbox.ErrInvalidRecord and nothing is sent.
+// once the statement is prepared on the connection), whatever the batch size: a VALUES
+// list up to valuesMaxRows rows, INSERT ... SELECT FROM unnest of one array per column
+// above. Every record is validated first: an invalid one fails the call with an error
+// wrapping outbox.ErrInvalidRecord and nothing is sent.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
 	if tx == nil {
 		return errors.New("postgres: insert: tx is nil")
