@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -108,5 +109,24 @@ func TestStoreTranslatesRetryable(t *testing.T) {
 	var pg *pgconn.PgError
 	if !outbox.IsRetryable(err) || !errors.As(err, &pg) || pg.Code != "55P03" {
 		t.Fatalf("Claim = %v; want a retryable 55P03", err)
+	}
+}
+
+// TestTranslateCodes pins the SQLSTATE mapping (the deadlock and lock-timeout tests
+// above provoke two of them for real; a serialization failure needs SERIALIZABLE
+// transactions of the application's own).
+func TestTranslateCodes(t *testing.T) {
+	for code, want := range map[string]bool{"40001": true, "40P01": true, "55P03": true, "23505": false, "57014": false} {
+		err := postgres.TranslateError(fmt.Errorf("exec: %w", &pgconn.PgError{Code: code}))
+		var pg *pgconn.PgError
+		if outbox.IsRetryable(err) != want || !errors.As(err, &pg) || pg.Code != code {
+			t.Errorf("%s: %v retryable %v; want %v with the PgError reachable", code, err, outbox.IsRetryable(err), want)
+		}
+		if again := postgres.TranslateError(err); want && again != err {
+			t.Errorf("%s: translating twice wrapped again: %v", code, again)
+		}
+	}
+	if postgres.TranslateError(nil) != nil {
+		t.Error("TranslateError(nil) != nil")
 	}
 }
