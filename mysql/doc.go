@@ -6,7 +6,10 @@
 // FOR UPDATE SKIP LOCKED). The store works with any DSN setting of parseTime, loc,
 // interpolateParams and clientFoundRows: instants are bound as UTC text formatted by the
 // store and read back as text, and no result depends on "rows affected" counting
-// unchanged rows.
+// unchanged rows. Statements are sent as text with their values inlined (digits, the
+// store's own instant text, hex literals for bytes and strings), so each is one round
+// trip without server-side prepared statements; only large Insert chunks bind
+// parameters.
 //
 // Deploy the schema with [CreateScript] (idempotent DDL for a migration tool) or
 // [Store.CreateSchema]. The DSN must select an existing database unless

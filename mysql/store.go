@@ -105,9 +105,9 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 	}
 	var rows *sql.Rows
 	if q.Lane == outbox.Unordered {
-		rows, err = s.db.QueryContext(ctx, s.q.readUnordered, q.After[:], now, now, int64(limit))
+		rows, err = queryB(ctx, s.db, s.q.readUnordered, q.After[:], now, now, int64(limit))
 	} else {
-		rows, err = s.db.QueryContext(ctx, s.q.readLane, int64(q.Lane), q.After[:], now, now, int64(limit))
+		rows, err = queryB(ctx, s.db, s.q.readLane, int64(q.Lane), q.After[:], now, now, int64(limit))
 	}
 	if err != nil {
 		return out, wrapErr("read", err)
@@ -192,15 +192,15 @@ func retryDeadlocks(ctx context.Context, fn func() error) error {
 // exec runs one autocommit statement, again when it was a deadlock victim.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (res sql.Result, err error) {
 	err = retryDeadlocks(ctx, func() error {
-		res, err = s.db.ExecContext(ctx, query, args...)
+		res, err = execB(ctx, s.db, query, args...)
 		return err
 	})
 	return res, err
 }
 
-func (s *Store) claimUnordered(ctx context.Context, c outbox.ClaimParams, now, until string, out []outbox.Record) ([]outbox.Record, error) {
+func (s *Store) claimUnordered(ctx context.Context, c outbox.ClaimParams, now, until sqlTime, out []outbox.Record) ([]outbox.Record, error) {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.q.claimUnordered, now, now, int64(c.Limit))
+		rows, err := queryB(ctx, tx, s.q.claimUnordered, now, now, int64(c.Limit))
 		if err != nil {
 			return err
 		}
@@ -216,7 +216,7 @@ func (s *Store) claimUnordered(ctx context.Context, c outbox.ClaimParams, now, u
 }
 
 // setClaim writes the claim of the locked rows in out and stamps them.
-func (s *Store) setClaim(ctx context.Context, tx *sql.Tx, c outbox.ClaimParams, until string, out []outbox.Record) error {
+func (s *Store) setClaim(ctx context.Context, tx *sql.Tx, c outbox.ClaimParams, until sqlTime, out []outbox.Record) error {
 	if len(out) == 0 {
 		return nil
 	}
@@ -229,7 +229,7 @@ func (s *Store) setClaim(ctx context.Context, tx *sql.Tx, c outbox.ClaimParams, 
 		b = appendHex(b, out[i].ID[:])
 	}
 	b = append(b, ')')
-	if _, err := tx.ExecContext(ctx, string(b), c.Token[:], until); err != nil {
+	if _, err := execB(ctx, tx, string(b), c.Token[:], until); err != nil {
 		return err
 	}
 	exp := c.Until.UTC().Truncate(time.Microsecond)
@@ -245,14 +245,14 @@ func (s *Store) setClaim(ctx context.Context, tx *sql.Tx, c outbox.ClaimParams, 
 // the head rows with SKIP LOCKED, and compares them with a non-locking read of the same
 // head: a committed row that SKIP LOCKED passed over (someone else holds it) ends the run
 // there, so rows are never taken out of order.
-func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until string, out []outbox.Record) ([]outbox.Record, error) {
+func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until sqlTime, out []outbox.Record) ([]outbox.Record, error) {
 	if c.Lease.IsZero() {
 		return out, nil
 	}
 	nowT := c.Now.UTC().Truncate(time.Microsecond)
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var one int
-		err := tx.QueryRowContext(ctx, s.q.leaseShare, int64(c.Lane), c.Lease[:], now).Scan(&one)
+		err := queryRowB(ctx, tx, s.q.leaseShare, int64(c.Lane), c.Lease[:], now).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // not our live lease: fencing says nothing to claim
 		}
@@ -275,7 +275,7 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 			if !first {
 				page = min(page*2, max(c.Limit, 1024))
 			}
-			rows, err := tx.QueryContext(ctx, s.q.claimLaneLocked, int64(c.Lane), after[:], int64(page))
+			rows, err := queryB(ctx, tx, s.q.claimLaneLocked, int64(c.Lane), after[:], int64(page))
 			if err != nil {
 				return err
 			}
@@ -324,7 +324,7 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 
 // visibleHead reads the ids of the lane head without locking (the committed state).
 func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after outbox.ID, limit int, ids []outbox.ID) ([]outbox.ID, error) {
-	rows, err := tx.QueryContext(ctx, s.q.claimLaneVisible, int64(lane), after[:], int64(limit))
+	rows, err := queryB(ctx, tx, s.q.claimLaneVisible, int64(lane), after[:], int64(limit))
 	if err != nil {
 		return ids, err
 	}
@@ -343,7 +343,7 @@ func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after out
 
 // parkedKeys returns, per ordering key of lane, its smallest parked id.
 func (s *Store) parkedKeys(ctx context.Context, tx *sql.Tx, lane int) (map[string]outbox.ID, error) {
-	rows, err := tx.QueryContext(ctx, s.q.parkedKeys, int64(lane))
+	rows, err := queryB(ctx, tx, s.q.parkedKeys, int64(lane))
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +370,7 @@ func copyRecord(dst, src *outbox.Record) {
 }
 
 // fence appends the lease check of ordered mutations and its arguments.
-func (s *Store) fence(b []byte, args []any, lane int, lease outbox.Token, now string) ([]byte, []any) {
+func (s *Store) fence(b []byte, args []any, lane int, lease outbox.Token, now sqlTime) ([]byte, []any) {
 	if lane == outbox.Unordered {
 		return b, args
 	}
@@ -417,7 +417,7 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 		found = 0
 		if r.Lane != outbox.Unordered {
 			var one int
-			err := tx.QueryRowContext(ctx, s.q.leaseShare, int64(r.Lane), r.Lease[:], now).Scan(&one)
+			err := queryRowB(ctx, tx, s.q.leaseShare, int64(r.Lane), r.Lease[:], now).Scan(&one)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil
 			}
@@ -425,10 +425,10 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, update, until, r.Token[:], now); err != nil {
+		if _, err := execB(ctx, tx, update, until, r.Token[:], now); err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, count, r.Token[:], now).Scan(&found)
+		return queryRowB(ctx, tx, count, r.Token[:], now).Scan(&found)
 	})
 	if err != nil {
 		return 0, wrapErr("renew", err)
@@ -570,7 +570,7 @@ func (s *Store) Count(ctx context.Context, now time.Time) (int64, error) {
 		return 0, fmt.Errorf("mysql: count: now: %w", err)
 	}
 	var n int64
-	if err := s.db.QueryRowContext(ctx, s.q.count, nowArg, nowArg).Scan(&n); err != nil {
+	if err := queryRowB(ctx, s.db, s.q.count, nowArg, nowArg).Scan(&n); err != nil {
 		return 0, wrapErr("count", err)
 	}
 	return n, nil
@@ -583,7 +583,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 	if err != nil {
 		return st, fmt.Errorf("mysql: stats: now: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.statsLanes, nowArg, nowArg)
+	rows, err := queryB(ctx, s.db, s.q.statsLanes, nowArg, nowArg)
 	if err != nil {
 		return st, wrapErr("stats", err)
 	}
@@ -610,7 +610,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 	if err := rows.Err(); err != nil {
 		return outbox.Stats{}, wrapErr("stats", err)
 	}
-	if err := s.db.QueryRowContext(ctx, s.q.statsParked).Scan(&st.Parked); err != nil {
+	if err := queryRowB(ctx, s.db, s.q.statsParked).Scan(&st.Parked); err != nil {
 		return outbox.Stats{}, wrapErr("stats", err)
 	}
 	return st, nil
@@ -619,7 +619,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 // MaxLane returns the greatest lane in the table, or outbox.Unordered.
 func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&n); err != nil {
+	if err := queryRowB(ctx, s.db, s.q.maxLane).Scan(&n); err != nil {
 		return 0, wrapErr("max lane", err)
 	}
 	if n < 0 {
@@ -636,9 +636,9 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	var rows *sql.Rows
 	var err error
 	if q.OrderingKey == nil {
-		rows, err = s.db.QueryContext(ctx, s.q.listParked, q.After[:], int64(q.Limit))
+		rows, err = queryB(ctx, s.db, s.q.listParked, q.After[:], int64(q.Limit))
 	} else {
-		rows, err = s.db.QueryContext(ctx, s.q.listParkedKey, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
+		rows, err = queryB(ctx, s.db, s.q.listParkedKey, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
 	}
 	if err != nil {
 		return nil, wrapErr("list parked", err)
@@ -755,10 +755,10 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
 		held = false
 		var same, live bool
-		err := tx.QueryRowContext(ctx, s.q.leaseLock, l.Token[:], now, int64(l.Lane)).Scan(&same, &live)
+		err := queryRowB(ctx, tx, s.q.leaseLock, l.Token[:], now, int64(l.Lane)).Scan(&same, &live)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			_, err = tx.ExecContext(ctx, s.q.leaseInsert, int64(l.Lane), l.Owner, l.Token[:], until)
+			_, err = execB(ctx, tx, s.q.leaseInsert, int64(l.Lane), l.Owner, l.Token[:], until)
 			if isDupEntry(err) {
 				return nil // another forwarder inserted it first (no gap locks at READ COMMITTED)
 			}
@@ -767,11 +767,11 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 		case err != nil:
 			return err
 		case live && same:
-			_, err = tx.ExecContext(ctx, s.q.leaseExtend, l.Owner, until, int64(l.Lane))
+			_, err = execB(ctx, tx, s.q.leaseExtend, l.Owner, until, int64(l.Lane))
 		case live:
 			return nil
 		default:
-			_, err = tx.ExecContext(ctx, s.q.leaseTakeover, l.Owner, l.Token[:], until, int64(l.Lane))
+			_, err = execB(ctx, tx, s.q.leaseTakeover, l.Owner, l.Token[:], until, int64(l.Lane))
 		}
 		held = err == nil
 		return err
@@ -799,14 +799,14 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
 		held = false
 		var one int
-		err := tx.QueryRowContext(ctx, s.q.leaseRenewLock, int64(l.Lane), l.Token[:], now).Scan(&one)
+		err := queryRowB(ctx, tx, s.q.leaseRenewLock, int64(l.Lane), l.Token[:], now).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.q.leaseRenew, until, int64(l.Lane))
+		_, err = execB(ctx, tx, s.q.leaseRenew, until, int64(l.Lane))
 		held = err == nil
 		return err
 	})
@@ -828,7 +828,7 @@ func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) 
 
 // Leases lists every lease row, ordered by lane.
 func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.leases)
+	rows, err := queryB(ctx, s.db, s.q.leases)
 	if err != nil {
 		return nil, wrapErr("leases", err)
 	}
@@ -873,7 +873,7 @@ func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysql: members: now: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.members, nowArg)
+	rows, err := queryB(ctx, s.db, s.q.members, nowArg)
 	if err != nil {
 		return nil, wrapErr("members", err)
 	}

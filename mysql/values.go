@@ -53,11 +53,11 @@ func appendInt(b []byte, v, width int) []byte {
 	return append(b, tmp[:width]...)
 }
 
-// timeArg formats t as a bind parameter.
-func timeArg(t time.Time) (string, error) {
+// timeArg formats t as a bound instant.
+func timeArg(t time.Time) (sqlTime, error) {
 	var buf [timeLayoutLen]byte
 	b, err := appendTime(buf[:0], t)
-	return string(b), err
+	return sqlTime(b), err
 }
 
 // parseTime parses the text form of a DATETIME(6) ('YYYY-MM-DD HH:MM:SS[.ffffff]') as a
