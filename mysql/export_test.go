@@ -1,17 +1,28 @@
 package mysql
 
+import (
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
 // SetAfterLock installs a hook that runs inside every claim transaction once its rows
 // are locked (tests hold the transaction open with it).
 func SetAfterLock(s *Store, fn func()) { s.afterLock = fn }
 
-// HotQueries returns the statements of the two hot reads and of the two claims, for
-// EXPLAIN.
-func HotQueries(s *Store) map[string]string {
+// HotStatements returns the statements of the two hot reads and of the two claims, as
+// the store sends them for lane, now and limit (values inlined), for EXPLAIN.
+func HotStatements(s *Store, lane int, now time.Time, limit int) map[string]string {
+	at, err := timeArg(now)
+	if err != nil {
+		panic(err)
+	}
+	var zero outbox.ID
 	return map[string]string{
-		"head of lane":       s.q.readLane,
-		"unordered due":      s.q.readUnordered,
-		"claim head of lane": s.q.claimLaneLocked,
-		"claim unordered":    s.q.claimUnordered,
+		"head of lane":       bind(s.q.readLane, int64(lane), zero[:], at, at, int64(limit)),
+		"unordered due":      bind(s.q.readUnordered, zero[:], at, at, int64(limit)),
+		"claim head of lane": bind(s.q.claimLaneLocked, int64(lane), zero[:], int64(limit)),
+		"claim unordered":    bind(s.q.claimUnordered, at, at, int64(limit)),
 	}
 }
 
