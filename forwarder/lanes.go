@@ -490,14 +490,34 @@ func (f *Forwarder) runLane(h *laneHold) {
 		sent := f.emit(h.ctx, msg)
 		var acked, settled bool
 		if sent {
-			select {
-			case <-msg.Acked():
-				acked, settled = true, true
-			case <-msg.Nacked():
-				settled = true
-			case <-h.ctx.Done():
-			case <-f.abandon:
+			// A slow handler (a broker retrying for long) must not let the claims of the
+			// row in flight and of the rows queued behind it expire.
+			renew := time.NewTicker(cfg.ClaimTTL / 4)
+		wait:
+			for {
+				select {
+				case <-msg.Acked():
+					acked, settled = true, true
+					break wait
+				case <-msg.Nacked():
+					settled = true
+					break wait
+				case <-h.ctx.Done():
+					break wait
+				case <-f.abandon:
+					break wait
+				case <-renew.C:
+					if now := f.now(); queue[0].until.Sub(now) < cfg.ClaimTTL/2 {
+						queue, _ = f.renewQueue(h, queue, now)
+						if len(queue) == 0 || queue[0].rec.ID != q.rec.ID {
+							// The claim of the row in flight is gone: another worker may
+							// send it; this one stops once the handler returns.
+							queue = append([]queued{q}, queue...)
+						}
+					}
+				}
 			}
+			renew.Stop()
 		}
 		counters.inFlight.Add(-1)
 		f.metrics.InFlight(lane, int(counters.inFlight.Load()))

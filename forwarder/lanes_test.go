@@ -482,3 +482,22 @@ func TestShutdownReleasesClaimedRows(t *testing.T) {
 		}
 	})
 }
+
+// The claims of a lane's row in flight (and of the rows behind it) are renewed while a
+// slow handler works: the row is completed, not sent again.
+func TestLaneClaimsRenewedWhileInFlight(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		rec.setFail(func(string, *message.Message) error { time.Sleep(time.Second); return nil })
+		key := keyInLane(2, tb.opts.Lanes, 0)
+		tb.insert(t, tb.row("t", key, key+"/0"), tb.row("t", key, key+"/1"))
+		cfg := fastConfig()
+		cfg.ClaimTTL = 300 * time.Millisecond
+		cfg.DisableUnordered = true
+		_, _ = start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "both sent and deleted", func() bool { return len(rec.got()) >= 2 && tb.rows(t) == 0 })
+		if got := rec.got(); len(got) != 2 || string(got[0].msg.Payload) != key+"/0" || string(got[1].msg.Payload) != key+"/1" {
+			t.Fatalf("sent %d messages, want each row once in order", len(got))
+		}
+	})
+}
