@@ -63,10 +63,10 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	flush := func() {
 		for tok, b := range batches {
 			if len(b.acked) > 0 {
-				f.jobs <- storeJob{
+				f.submit(storeJob{
 					complete: &outbox.CompleteParams{Token: tok, IDs: b.acked, Lane: outbox.Unordered},
 					until:    b.until,
-				}
+				})
 				b.acked = nil
 			}
 			if b.open == 0 {
@@ -96,10 +96,10 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 		attempts := r.d.row.Attempts + 1
 		now := f.now()
 		park := attempts >= cfg.MaxAttempts
-		f.jobs <- storeJob{fail: &outbox.FailParams{
+		f.submit(storeJob{fail: &outbox.FailParams{
 			ID: r.d.row.ID, Token: b.token, Now: now, Error: r.d.failure(),
 			RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
-		}, until: b.until}
+		}, until: b.until})
 		f.countFailure(outbox.Unordered, park)
 		if park {
 			f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
@@ -294,9 +294,9 @@ func (f *Forwarder) releaseUnordered(token outbox.Token, recs []outbox.Record) {
 // parkClaimed parks an unordered row that cannot be sent (through a completer).
 func (f *Forwarder) parkClaimed(rec *outbox.Record, token outbox.Token, reason string) {
 	f.logger.Error("Parking a row that cannot be sent", nil, watermill.LogFields{"row_id": rec.ID.String(), "reason": reason})
-	f.jobs <- storeJob{fail: &outbox.FailParams{
+	f.submit(storeJob{fail: &outbox.FailParams{
 		ID: rec.ID, Token: token, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered,
-	}, until: f.now().Add(f.cfg.ClaimTTL)}
+	}, until: f.now().Add(f.cfg.ClaimTTL)})
 	f.countFailure(outbox.Unordered, true)
 }
 
@@ -307,6 +307,15 @@ func (f *Forwarder) countFailure(lane int, parked bool) {
 	if parked {
 		c.parked.Add(1)
 		f.metrics.MessageParked(lane)
+	}
+}
+
+// submit queues a store job; after the shutdown deadline it is dropped (the claim
+// expires and the row is sent again).
+func (f *Forwarder) submit(j storeJob) {
+	select {
+	case f.jobs <- j:
+	case <-f.abandon:
 	}
 }
 
@@ -330,7 +339,7 @@ func (f *Forwarder) runCompleters() {
 func (f *Forwarder) runJob(j storeJob) {
 	delay := 20 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ClaimTTL)
+		ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.ClaimTTL)
 		var err error
 		if c := j.complete; c != nil {
 			c.Now = f.now()
