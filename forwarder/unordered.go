@@ -133,6 +133,9 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	}
 
 	for {
+		if !isStopping && f.isStopping() {
+			isStopping, stopping = true, nil
+		}
 		if isStopping && inFlight == 0 {
 			flush()
 			return
