@@ -94,8 +94,9 @@ type Config struct {
 	// CompleteDelay is how long acks of unordered rows are coalesced into one delete.
 	CompleteDelay time.Duration
 
-	// Now is the clock (default time.Now); every instant given to the store comes from
-	// it.
+	// Now is the clock (default time.Now); every instant given to the store (claim and
+	// lease expiries, due times) comes from it, while waits and intervals run on real
+	// time. Tests shift it to simulate clock skew or a paused process.
 	Now func() time.Time
 	// Metrics receives counters and gauges; nil disables them. See package
 	// forwarder/prometheus for a Prometheus adapter.
