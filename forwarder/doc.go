@@ -42,6 +42,8 @@
 // scheduled for later delays the rows written after it in its lane. When a lease renewal
 // or a fenced delete is refused, the worker stops at once: a forwarder that lost its
 // lease (paused, partitioned) neither completes nor sends further rows of that lane.
+// Tokens fence regardless of clocks; expiries are compared with the caller's clock, so
+// the forwarders of one table need clocks in step (NTP) to well within LeaseTTL/10.
 //
 // A nacked head is retried after its backoff while the rows behind it wait (their claims
 // are given back meanwhile). After
