@@ -15,14 +15,38 @@ import (
 )
 
 // TestExplainHotReads fills an outbox with 100,000 rows (half unordered, half spread over
-// 64 lanes, a few parked, a few scheduled later), analyzes it, and fails when a hot
-// statement — the head-of-lane read, the unordered due read, the claims built on them,
-// renewal and release by token, completion — plans a sequential scan of the outbox
-// table or misses its index. Each statement is planned both as
-// a custom plan (values known) and as the generic plan that pgx's statement cache ends
-// up using.
+// 64 lanes, a few parked, a few scheduled later) and fails when a hot statement — the
+// head-of-lane read, the unordered due read, the claims built on them, renewal and
+// release by token, completion — plans a sequential scan of the outbox table, misses its
+// index, or sorts rows instead of walking an index in id order. Each statement is
+// planned both as a custom plan (values known) and as the generic plan that pgx's
+// statement cache ends up using, and under several states of the table's statistics:
+// analyzed, analyzed while empty, never analyzed (autovacuum off or not run yet), never
+// analyzed after draining half the backlog, and filled through Store.Insert.
 func TestExplainHotReads(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		analyze bool
+		drain   bool // delete the first half of the unordered rows (a drained backlog)
+		insert  bool // fill with 100 Store.Insert transactions of unordered rows instead
+		early   bool // ANALYZE the empty table first (stale statistics)
+	}{
+		{"analyzed", true, false, false, false},
+		{"analyzed empty, then filled", false, false, true, true},
+		// autovacuum off or not run yet: the planner works on default selectivities.
+		{"never analyzed", false, false, false, false},
+		{"never analyzed, half drained", false, true, false, false},
+		{"never analyzed, inserted unordered", false, false, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			explainHotReads(t, c.analyze, c.drain, c.insert, c.early)
+		})
+	}
+}
+
+func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 	db, err := sql.Open("pgx", testenv.DSN(t, testenv.Postgres))
 	if err != nil {
 		t.Fatal(err)
@@ -53,11 +77,42 @@ func TestExplainHotReads(t *testing.T) {
 			$1::timestamptz, $1::timestamptz + CASE WHEN g % 89 = 0 THEN interval '1 day' ELSE interval '0' END,
 			CASE WHEN g % 97 = 0 THEN 'parked' ELSE 'pending' END
 		FROM generate_series(1, 100000) AS g`
-	if _, err := db.ExecContext(ctx, fill, t0); err != nil {
-		t.Fatal(err)
+	if early {
+		if _, err := db.ExecContext(ctx, "ANALYZE "+s.n().outbox); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := db.ExecContext(ctx, "ANALYZE "+s.n().outbox); err != nil {
-		t.Fatal(err)
+	if !viaInsert {
+		if _, err := db.ExecContext(ctx, fill, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 * btoi(viaInsert) {
+		recs := make([]outbox.Record, 1000)
+		for i := range recs {
+			recs[i] = outbox.Record{ID: outbox.NewID(), MessageUUID: "u", Lane: outbox.Unordered, Destination: "topic",
+				Headers: []byte{1, 0, 0, 0, 0, 0, 0, 0}, Body: make([]byte, 200), CreatedAt: t0}
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Insert(ctx, tx, recs); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if drain {
+		if _, err := db.ExecContext(ctx, `DELETE FROM `+s.n().outbox+` WHERE lane IS NULL AND id < decode(lpad(to_hex(50000), 32, '0'), 'hex')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if analyze {
+		if _, err := db.ExecContext(ctx, "ANALYZE "+s.n().outbox); err != nil {
+			t.Fatal(err)
+		}
 	}
 	lane, lease, tok := 5, outbox.NewToken(), outbox.NewToken()
 	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "explain", Token: lease, Now: t0, Until: t0.Add(time.Hour)}); err != nil || !ok {
@@ -82,6 +137,10 @@ func TestExplainHotReads(t *testing.T) {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			plan := explain(t, ctx, db, mode, st.query, st.args)
 			t.Logf("%s (%s):\n%s", st.name, mode, plan.text)
+			if plan.sortsBacklog && st.name != "ordered claim" && st.name != "ordered claim holding parked keys" {
+				// Only the ordered claims sort, and only the few rows of a lane's head run.
+				t.Errorf("%s (%s) sorts rows of the outbox instead of walking an index in id order", st.name, mode)
+			}
 			if plan.seqScans[opts.OutboxTable()] {
 				t.Errorf("%s (%s) scans %s sequentially", st.name, mode, opts.OutboxTable())
 			}
@@ -96,12 +155,22 @@ func TestExplainHotReads(t *testing.T) {
 	}
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func (s *Store) n() names { return s.q.n }
 
 type planSummary struct {
 	text     string
 	seqScans map[string]bool // relation names
-	indexes  map[string]bool // index names
+	// sortsBacklog: a Sort node in the plan (the unordered statements and the lane read
+	// must walk an index in id order instead)
+	sortsBacklog bool
+	indexes      map[string]bool // index names
 }
 
 // explain plans query (without running it) under plan_cache_mode mode through a prepared
@@ -179,6 +248,9 @@ func summarize(t *testing.T, raw []byte) planSummary {
 	sum := planSummary{seqScans: map[string]bool{}, indexes: map[string]bool{}}
 	var walk func(n map[string]any)
 	walk = func(n map[string]any) {
+		if n["Node Type"] == "Sort" {
+			sum.sortsBacklog = true
+		}
 		if n["Node Type"] == "Seq Scan" {
 			rel, _ := n["Relation Name"].(string)
 			sum.seqScans[rel] = true
