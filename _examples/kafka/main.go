@@ -54,6 +54,10 @@ func run(ctx context.Context, dsn string, brokers []string, prefix string) error
 		return err
 	}
 	defer db.Close()
+	// A forwarder runs one worker per lane it holds (64 by default): unbounded, they would
+	// open a connection each after every burst, and database/sql keeps only two idle.
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
 	store, err := mysql.New(db, outbox.Options{TablePrefix: prefix})
 	if err != nil {
 		return err

@@ -90,6 +90,10 @@ func openDatabase(ctx context.Context, s settings) (*sql.DB, outbox.Store, diale
 	if err != nil {
 		return nil, nil, d, fmt.Errorf("open %s %s: %s", s.db, dsn.Redact(s.dsn), dsn.Scrub(err.Error(), s.dsn))
 	}
+	// A forwarder runs one worker per lane it holds (64 by default): unbounded, they would
+	// open a connection each after every burst, and database/sql keeps only two idle.
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {

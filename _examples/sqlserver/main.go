@@ -48,6 +48,10 @@ func run(ctx context.Context, dsn, schema string) error {
 		return err
 	}
 	defer db.Close()
+	// A forwarder runs one worker per lane it holds (64 by default): unbounded, they would
+	// open a connection each after every burst, and database/sql keeps only two idle.
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
 	opts := sqlserver.Options{
 		Options:      outbox.Options{Schema: schema, TablePrefix: "example_"},
 		CreateSchema: schema != "", // create the schema itself too
