@@ -14,6 +14,17 @@
 // which must match what the application's writers and forwarders use. Passwords in DSNs
 // are never printed; message payloads are never printed at all.
 //
+// stats counts eligible rows: pending, due, and not claimed by a live forwarder. Rows
+// scheduled for later (outbox_deliver_at) and rows in flight are not in the backlog.
+//
+// --json prints one object: stats {table, dialect, lanes, now, eligible, parked,
+// oldest_age_seconds, max_lane, lane_mismatch, per_lane: [{lane (-1 = unordered), ordered,
+// eligible, oldest_eligible, oldest_age_seconds}]}; parked list [{id, message_uuid, lane,
+// ordering_key, transport, destination, message_type, tenant_id, attempts, last_error,
+// created_at, deliver_at, body_bytes}]; parked requeue/purge {action, rows}; leases {now,
+// members, held: {owner: lanes}, leases: [{lane, owner, token, expires_at, live}]}. Times
+// are RFC 3339 in UTC.
+//
 // Exit status: 0 success, 1 failure (database, missing table, ...), 2 usage error.
 package main
 
