@@ -202,6 +202,32 @@ func TestQuickstart(t *testing.T) {
 	})
 }
 
+// With every log line on (-v: the library's and Watermill's debug logs) and a password in
+// the DSN (PostgreSQL here trusts local logins, so any password works): the password
+// appears nowhere, the payloads neither.
+func TestQuickstartLogsNoSecrets(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.Postgres)
+	const secret = "Qs3cretPw"
+	withPw := strings.Replace(dsn, "postgres://postgres@", "postgres://postgres:"+secret+"@", 1)
+	if withPw == dsn {
+		t.Skip("the PostgreSQL DSN is not of the form postgres://postgres@...")
+	}
+	prefix := testenv.Prefix(t)
+	dropTables(t, "pgx", dsn, prefix, append(outboxTables, "orders")...)
+	r := run(t, "quickstart", "-db", "postgres", "-dsn", withPw, "-prefix", prefix, "-v")
+	mustSucceed(t, r, quickstartSummary...)
+	mustSucceed(t, r, "postgres://postgres:xxxxx@", "-dsn '...'")
+	if !strings.Contains(r.stderr, "level=DEBUG") {
+		t.Errorf("-v logged no debug lines:\n%s", r.stderr)
+	}
+	for _, leak := range []string{secret, "amount_cents"} {
+		if strings.Contains(r.stdout+r.stderr, leak) {
+			t.Errorf("%q appears in the output", leak)
+		}
+	}
+}
+
 // A database that is not there: exit 1, the host named, the password not shown.
 func TestQuickstartUnreachableDatabase(t *testing.T) {
 	t.Parallel()
