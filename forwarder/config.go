@@ -11,11 +11,15 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// Defaults of Config; a zero field takes its default.
+// Defaults of Config; a zero field takes its default. The unordered batch and window
+// were chosen by draining queued rows into a no-op publisher on the test machines:
+// against 100 rows and 256 in flight, 250 and 1000 doubled the rate on PostgreSQL and
+// MariaDB, where a claim's fixed cost (one statement or one short transaction)
+// dominates small batches; larger values gained little more.
 const (
 	HandlerNameDefault     = "outbox_forwarder"
-	ClaimBatchDefault      = 100
-	InFlightDefault        = 256
+	ClaimBatchDefault      = 250
+	InFlightDefault        = 1000
 	ClaimersDefault        = 2
 	LaneBatchDefault       = 16
 	ClaimTTLDefault        = 30 * time.Second
