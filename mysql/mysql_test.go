@@ -272,7 +272,11 @@ func TestClaimDoesNotBlockInserts(t *testing.T) {
 				claimed, err = s.Claim(ctx, c, nil)
 				done <- err
 			}()
-			<-locked
+			select {
+			case <-locked:
+			case err := <-done:
+				t.Fatalf("Claim returned before locking rows: %v", err)
+			}
 			// Writers add rows behind (and among) the locked ones, in both kinds.
 			ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()

@@ -14,6 +14,7 @@ type queries struct {
 	claimUnordered   string // locking head of unordered due rows
 	claimLaneLocked  string // locking head of one lane (all pending rows, in id order)
 	claimLaneVisible string // non-locking ids of the same head, to detect skipped rows
+	laneHead         string // non-locking due and claim instants of the head row
 	parkedKeys       string // earliest parked id per ordering key of one lane
 	leaseShare       string // lease check that holds a shared lock until commit
 	setClaim         string // prefix of the claim UPDATE; the id list follows
@@ -54,6 +55,7 @@ func newQueries(n names) *queries {
 	q.claimLaneLocked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
 		recordColumns, n.outbox)
 	q.claimLaneVisible = fmt.Sprintf(`SELECT id FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, n.outbox)
+	q.laneHead = fmt.Sprintf(`SELECT CAST(deliver_at AS CHAR), CAST(claim_expires_at AS CHAR) FROM %s WHERE status = 'pending' AND lane = ? ORDER BY id LIMIT 1`, n.outbox)
 	q.parkedKeys = fmt.Sprintf(`SELECT ordering_key, MIN(id) FROM %s WHERE status = 'parked' AND lane = ? AND ordering_key IS NOT NULL GROUP BY ordering_key`, n.outbox)
 	q.leaseShare = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ? LOCK IN SHARE MODE`, n.lanes)
 	q.setClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE id IN (`, n.outbox)

@@ -250,6 +250,28 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 		return out, nil
 	}
 	nowT := c.Now.UTC().Truncate(time.Microsecond)
+	// Idle lanes are the common case (a forwarder polls all of its lanes): one
+	// non-locking read of the head answers them without a transaction. Answering from
+	// that snapshot is the same as claiming at that moment.
+	var due, claimed []byte // Row.Scan refuses sql.RawBytes
+	switch err := queryRowB(ctx, s.db, s.q.laneHead, int64(c.Lane)).Scan(&due, &claimed); {
+	case errors.Is(err, sql.ErrNoRows):
+		return out, nil
+	case err != nil:
+		return out, err
+	case !c.HoldParkedKeys:
+		d, err := parseTime(due)
+		if err != nil {
+			return out, err
+		}
+		exp, err := parseNullTime(claimed)
+		if err != nil {
+			return out, err
+		}
+		if d.After(nowT) || exp.After(nowT) {
+			return out, nil // the head is not due or claimed: it holds the lane
+		}
+	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var one int
 		err := queryRowB(ctx, tx, s.q.leaseShare, int64(c.Lane), c.Lease[:], now).Scan(&one)
@@ -275,41 +297,34 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 			if !first {
 				page = min(page*2, max(c.Limit, 1024))
 			}
-			rows, err := queryB(ctx, tx, s.q.claimLaneLocked, int64(c.Lane), after[:], int64(page))
-			if err != nil {
-				return err
-			}
-			if locked, err = scanRecords(rows, locked[:0], page); err != nil {
-				return err
-			}
-			if len(locked) == 0 {
-				break
-			}
-			if ids, err = s.visibleHead(ctx, tx, c.Lane, after, page, ids[:0]); err != nil {
-				return err
-			}
-			stop := false
-			for i := range locked {
-				r := &locked[i]
-				if i >= len(ids) || ids[i] != r.ID {
-					stop = true // a row before r is held by someone else
+			mark := len(out)
+			var stop, skipped bool
+			for attempt := 1; ; attempt++ {
+				rows, err := queryB(ctx, tx, s.q.claimLaneLocked, int64(c.Lane), after[:], int64(page))
+				if err != nil {
+					return err
+				}
+				if locked, err = scanRecords(rows, locked[:0], page); err != nil {
+					return err
+				}
+				if ids, err = s.visibleHead(ctx, tx, c.Lane, after, page, ids[:0]); err != nil {
+					return err
+				}
+				out, stop, skipped = takeRun(out[:mark], locked, ids, parked, nowT, c.Limit)
+				// A committed row SKIP LOCKED passed over is usually locked only for a
+				// moment: by the transaction that just inserted it (InnoDB releases the
+				// implicit lock a little after the commit is visible), or by a Complete of
+				// the row before it. Look again shortly rather than report an empty head.
+				if !skipped || attempt == headRetries {
 					break
 				}
-				if held, ok := parked[r.OrderingKey]; ok && r.OrderingKey != "" && held.Compare(r.ID) < 0 {
-					continue // its key is parked: neither claimed nor holding the lane
-				}
-				if r.DeliverAt.After(nowT) || r.ClaimExpiresAt.After(nowT) {
-					stop = true // not due, or claimed by someone else: holds the lane
-					break
-				}
-				var dstRec *outbox.Record
-				out, dstRec = next(out)
-				copyRecord(dstRec, r)
-				if len(out) == c.Limit {
-					break
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(attempt) * time.Millisecond):
 				}
 			}
-			if stop || len(locked) < page {
+			if stop || skipped || len(locked) < page {
 				break
 			}
 			after = locked[len(locked)-1].ID
@@ -320,6 +335,38 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 		return s.setClaim(ctx, tx, c, until, out)
 	})
 	return out, err
+}
+
+// headRetries is how many times a lane claim reads a page of the head when a committed
+// row before the locked ones was skipped (locked by another transaction).
+const headRetries = 3
+
+// takeRun appends to out the leading run of locked (in id order) that may be claimed:
+// it stops at a row not due or with a live claim (stop), and at a row that the
+// non-locking read ids shows before it but SKIP LOCKED passed over (skipped). Rows whose
+// key has an earlier parked row (parked) are passed over without stopping.
+func takeRun(out, locked []outbox.Record, ids []outbox.ID, parked map[string]outbox.ID, now time.Time, limit int) (_ []outbox.Record, stop, skipped bool) {
+	for i := range locked {
+		r := &locked[i]
+		if i >= len(ids) || ids[i] != r.ID {
+			return out, false, true
+		}
+		if held, ok := parked[r.OrderingKey]; ok && r.OrderingKey != "" && held.Compare(r.ID) < 0 {
+			continue // its key is parked: neither claimed nor holding the lane
+		}
+		if r.DeliverAt.After(now) || r.ClaimExpiresAt.After(now) {
+			return out, true, false // not due, or claimed by someone else: holds the lane
+		}
+		var dst *outbox.Record
+		out, dst = next(out)
+		copyRecord(dst, r)
+		if len(out) == limit {
+			return out, false, false
+		}
+	}
+	// Every locked row matched; a visible row past them was skipped when the locked read
+	// came back short of the visible one.
+	return out, false, len(ids) > len(locked)
 }
 
 // visibleHead reads the ids of the lane head without locking (the committed state).
