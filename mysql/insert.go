@@ -31,8 +31,6 @@ const (
 	defaultMaxPacket = 4 << 20
 )
 
-const insertColumns = ` (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES `
-
 // emptyHeaders is the encoding of no headers (version 1, count 0): stored for a record
 // without headers, since the column never holds empty bytes.
 const emptyHeaders = "X'0100000000000000'"
@@ -78,11 +76,9 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 			insertPool.Put(buf)
 		}
 	}()
-	head := len("INSERT INTO ") + len(s.q.outbox) + len(insertColumns)
+	head := len(s.q.insert)
 	for start := 0; start < len(records); {
-		b := append(buf.sql[:0], "INSERT INTO "...)
-		b = append(b, s.q.outbox...)
-		b = append(b, insertColumns...)
+		b := append(buf.sql[:0], s.q.insert...)
 		args := buf.args[:0]
 		size, params := head, 0
 		end := start
@@ -123,7 +119,8 @@ func rowEstimate(r *outbox.Record) int {
 	return n + 160 // placeholders, lane, two instants, NULLs, separators
 }
 
-// appendRow appends "(...)" for r and its arguments. Instants and the lane are inlined
+// appendRow appends "(...)" for r (in the column order of queries.insert) and its
+// arguments. Instants and the lane are inlined
 // (the store formats them: digits only); empty optional values are inlined as NULL or
 // an empty string. With inline set every value is inlined, bytes and strings as hex
 // literals (only [0-9a-f] reaches the SQL text, whatever the value holds).

@@ -8,7 +8,7 @@ import "fmt"
 type queries struct {
 	create []string
 
-	// eligible is the predicate of an eligible row given (now, now).
+	// The two hot reads.
 	readUnordered, readLane string
 
 	claimUnordered   string // locking head of unordered due rows
@@ -26,23 +26,22 @@ type queries struct {
 
 	count, statsLanes, statsParked, maxLane string
 
-	park string
+	park, fail, requeue, purge string
 
+	insert                    string // "INSERT INTO ... VALUES "; the rows follow
 	listParked, listParkedKey string
 
 	leaseLock, leaseInsert, leaseExtend, leaseTakeover, leaseRenewLock, leaseRenew string
 	leaseRelease, leases                                                           string
 
 	heartbeat, members, leave string
-
-	outbox string // quoted table name, for the statements assembled per call
 }
 
 // eligibleWhere: pending, due, and no live claim. Parameters: now, now.
 const eligibleWhere = `status = 'pending' AND deliver_at <= ? AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`
 
 func newQueries(n names) *queries {
-	q := &queries{create: createStatements(n), outbox: n.outbox}
+	q := &queries{create: createStatements(n)}
 	// The hot reads walk ix_status_lane (status, lane, id) in id order; due and claim
 	// tests filter on the way. FORCE INDEX is not needed (see TestExplain).
 	q.readUnordered = fmt.Sprintf(`SELECT %s FROM %s WHERE lane IS NULL AND id > ? AND %s ORDER BY id LIMIT ?`,
@@ -78,6 +77,15 @@ func newQueries(n names) *queries {
 
 	q.park = fmt.Sprintf(`UPDATE %s SET status = 'parked', last_error = ?, claim_token = NULL, claim_expires_at = NULL `+
 		`WHERE id = ? AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`, n.outbox)
+
+	// The retry instant is NULL to keep deliver_at; attempts always changes, so affected
+	// rows is exact whatever clientFoundRows says.
+	q.fail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
+		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) `+
+		`WHERE id = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'`, n.outbox)
+	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE status = 'parked'`, n.outbox)
+	q.insert = fmt.Sprintf(`INSERT INTO %s (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES `, n.outbox)
 
 	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)

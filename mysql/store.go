@@ -552,26 +552,20 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	if f.Token.IsZero() || unfenced(f.Lane, f.Lease) {
 		return false, ctx.Err()
 	}
-	var b strings.Builder
-	b.WriteString("UPDATE ")
-	b.WriteString(s.q.outbox)
-	b.WriteString(" SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL")
-	args := make([]any, 0, 8)
-	args = append(args, errorText(f.Error))
+	var retry []byte // NULL keeps deliver_at
 	if f.RetryAt.After(f.Now) {
-		retry, err := timeArg(f.RetryAt)
+		at, err := timeArg(f.RetryAt)
 		if err != nil {
 			return false, fmt.Errorf("mysql: fail: RetryAt: %w", err)
 		}
-		b.WriteString(", deliver_at = ?")
-		args = append(args, retry)
+		retry = []byte(at)
 	}
+	park := int64(0)
 	if f.Park {
-		b.WriteString(", status = 'parked'")
+		park = 1
 	}
-	b.WriteString(" WHERE id = ? AND claim_token = ? AND claim_expires_at > ?")
-	args = append(args, f.ID[:], f.Token[:], now)
-	q, args := s.fence([]byte(b.String()), args, f.Lane, f.Lease, now)
+	args := []any{errorText(f.Error), retry, park, f.ID[:], f.Token[:], now}
+	q, args := s.fence([]byte(s.q.fail), args, f.Lane, f.Lease, now)
 	// attempts always changes, so affected rows is exact whatever clientFoundRows says.
 	res, err := s.exec(ctx, string(q), args...)
 	if err != nil {
@@ -701,7 +695,8 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 // with no character set conversion).
 func keyArg(k string) []byte { return []byte(k) }
 
-// parkedWhere builds the filter of Requeue and Purge.
+// parkedWhere appends the selector of Requeue and Purge to their statement (which ends
+// in "WHERE status = 'parked'").
 func parkedWhere(b []byte, f outbox.ParkedFilter) ([]byte, []any, error) {
 	n := 0
 	if len(f.IDs) > 0 {
@@ -716,7 +711,6 @@ func parkedWhere(b []byte, f outbox.ParkedFilter) ([]byte, []any, error) {
 	if n != 1 {
 		return nil, nil, errors.New("exactly one of IDs, OrderingKey and All must be set")
 	}
-	b = append(b, " WHERE status = 'parked'"...)
 	switch {
 	case len(f.IDs) > 0:
 		b = append(b, " AND id IN ("...)
@@ -739,8 +733,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 	if err != nil {
 		return 0, fmt.Errorf("mysql: requeue: now: %w", err)
 	}
-	b := []byte("UPDATE " + s.q.outbox + " SET status = 'pending', deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL")
-	b, args, err := parkedWhere(b, f)
+	b, args, err := parkedWhere([]byte(s.q.requeue), f)
 	if err != nil {
 		return 0, fmt.Errorf("mysql: requeue: %w", err)
 	}
@@ -755,7 +748,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 
 // Purge deletes the selected parked rows.
 func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
-	b, args, err := parkedWhere([]byte("DELETE FROM "+s.q.outbox), f)
+	b, args, err := parkedWhere([]byte(s.q.purge), f)
 	if err != nil {
 		return 0, fmt.Errorf("mysql: purge: %w", err)
 	}
