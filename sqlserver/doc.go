@@ -21,7 +21,9 @@
 // being claimed are about to stop being. Every READPAST comes with READCOMMITTEDLOCK,
 // so the store locks alike whether or not the database has READ_COMMITTED_SNAPSHOT on.
 // Deadlock victims (1205) are retried twice, then reported like lock request timeouts
-// (1222) as *outbox.RetryableError.
+// (1222) and snapshot update conflicts (3960) as *outbox.RetryableError. Statements
+// whose affected-row count the store reports start with SET NOCOUNT OFF, so a server
+// that turns NOCOUNT on for every session cannot make changes look refused.
 //
 // Insert writes in the caller's transaction: up to [BulkThreshold] rows as parameterised
 // multi-row INSERT statements (never more than 2,000 parameters or 1,000 rows each),

@@ -14,6 +14,10 @@ import (
 const (
 	errDeadlock    = 1205 // chosen as deadlock victim; the statement was rolled back
 	errLockTimeout = 1222 // lock request time out period exceeded (SET LOCK_TIMEOUT)
+	// Snapshot isolation transaction aborted due to update conflict. The store's own
+	// statements never run under SNAPSHOT, but Insert runs in the caller's transaction,
+	// which may; the whole unit may succeed when run again.
+	errSnapshotConflict = 3960
 )
 
 // serverError returns the SQL Server error in err's chain, if any. go-mssqldb returns
@@ -58,7 +62,7 @@ func translate(err error) error {
 	if errors.As(err, &r) {
 		return err
 	}
-	if e, ok := serverError(err); ok && (hasNumber(e, errDeadlock) || hasNumber(e, errLockTimeout)) {
+	if e, ok := serverError(err); ok && (hasNumber(e, errDeadlock) || hasNumber(e, errLockTimeout) || hasNumber(e, errSnapshotConflict)) {
 		return &outbox.RetryableError{Err: err}
 	}
 	return err

@@ -25,6 +25,7 @@ func TestTranslate(t *testing.T) {
 		{"wrapped deadlock", fmt.Errorf("exec: %w", deadlock), true},
 		{"pointer", &lockTimeout, true},
 		{"deadlock among several errors", mssql.Error{Number: 3621, All: []mssql.Error{deadlock, {Number: 3621}}}, true},
+		{"snapshot update conflict", mssql.Error{Number: 3960, Message: "Snapshot isolation transaction aborted due to update conflict."}, true},
 		{"duplicate key", dup, false},
 		{"other", errors.New("connection reset"), false},
 		{"cancelled", context.Canceled, false},

@@ -43,12 +43,21 @@ func eligible(a string) string {
 // whichever way the database is set.
 const skipLocked = "WITH (READPAST, READCOMMITTEDLOCK)"
 
+// counted prefixes a statement whose affected-row count the store reports. A server
+// whose 'user options' turn NOCOUNT on for every session would otherwise make every
+// change report 0 rows (go-mssqldb takes the count from the DONE tokens NOCOUNT strips):
+// completions, renewals and lease acquisitions would all look refused.
+func counted(stmt string) string { return "SET NOCOUNT OFF;\n" + stmt }
+
 func binParam(name string) string { return "CAST(@" + name + " AS binary(16))" }
 
 // sameKey compares ordering keys exactly: '=' on nvarchar follows the column's collation
-// (usually case-insensitive) and ignores trailing spaces, while keys are Go strings.
+// (usually case-insensitive) and ignores trailing spaces, while keys are Go strings. The
+// bytes are compared as varbinary, which in turn ignores trailing zero bytes (0x61 =
+// 0x610000), so a key ending in U+0000 would match the key without it; the lengths are
+// compared too.
 func sameKey(a, b string) string {
-	return "CAST(" + a + " AS varbinary(max)) = CAST(" + b + " AS varbinary(max))"
+	return "CAST(" + a + " AS varbinary(max)) = CAST(" + b + " AS varbinary(max)) AND DATALENGTH(" + a + ") = DATALENGTH(" + b + ")"
 }
 
 type queries struct {
@@ -81,14 +90,14 @@ func newQueries(n names) *queries {
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 
-	failSQL := "UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
+	failSQL := counted("UPDATE ") + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
 		"WHERE id = " + binParam("id") + " AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now AND status = 'pending'"
 	q.fail = failSQL
 	q.failFenced = failSQL + " AND lane = @lane AND " + q.liveLease()
 
-	q.park = "UPDATE " + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
+	q.park = counted("UPDATE ") + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)"
 
 	q.count = "SELECT COUNT_BIG(*) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o")
@@ -104,25 +113,25 @@ func newQueries(n names) *queries {
 	q.parkedKey = parked + " AND " + sameKey("o.ordering_key", "@key") + " ORDER BY o.id"
 	q.parkedNullKey = parked + " AND o.ordering_key IS NULL ORDER BY o.id"
 
-	requeue := "UPDATE " + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	requeue := counted("UPDATE ") + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked'"
 	q.requeueAll = requeue
 	q.requeueKey = requeue + " AND " + sameKey("ordering_key", "@key")
 	q.requeueNullKey = requeue + " AND ordering_key IS NULL"
-	purge := "DELETE FROM " + t + " WHERE status = 'parked'"
+	purge := counted("DELETE FROM ") + t + " WHERE status = 'parked'"
 	q.purgeAll = purge
 	q.purgeKey = purge + " AND " + sameKey("ordering_key", "@key")
 	q.purgeNullKey = purge + " AND ordering_key IS NULL"
 
 	// HOLDLOCK makes the MERGE an atomic upsert: two acquirers of a free lane cannot
 	// both insert (one waits, then sees the other's live lease).
-	q.acquireLease = "MERGE " + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
+	q.acquireLease = counted("MERGE ") + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
 		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.token = " + binParam("tok") + " AND l.expires_at > @until THEN l.expires_at ELSE @until END " +
 		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", @until);"
-	q.renewLease = "UPDATE " + q.lanes + " SET expires_at = CASE WHEN expires_at < @until THEN @until ELSE expires_at END " +
+	q.renewLease = counted("UPDATE ") + q.lanes + " SET expires_at = CASE WHEN expires_at < @until THEN @until ELSE expires_at END " +
 		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > @now"
-	q.releaseLease = "DELETE FROM " + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok")
+	q.releaseLease = counted("DELETE FROM ") + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok")
 	q.leases = "SELECT lane, owner, token, expires_at FROM " + q.lanes + " ORDER BY lane"
 
 	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT @owner AS owner) AS s ON n.owner = s.owner " +
@@ -218,7 +227,7 @@ func idList(n int) string {
 // lease. The CASE never shortens; SQL Server counts every matched row as affected, also
 // those whose expiry stays, which is what Renew reports.
 func (q *queries) renew(n int, fenced bool) string {
-	s := "UPDATE " + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
+	s := counted("UPDATE ") + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
 		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
 	if n > 0 {
 		s += " AND id IN (" + idList(n) + ")"
@@ -232,7 +241,7 @@ func (q *queries) renew(n int, fenced bool) string {
 // release gives back the live claims of @tok (among n ids when n > 0) without counting
 // an attempt; fenced adds the lane lease.
 func (q *queries) release(n int, fenced bool) string {
-	s := "UPDATE " + q.outbox + " SET claim_token = NULL, claim_expires_at = NULL " +
+	s := counted("UPDATE ") + q.outbox + " SET claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
 	if n > 0 {
 		s += " AND id IN (" + idList(n) + ")"
@@ -245,7 +254,7 @@ func (q *queries) release(n int, fenced bool) string {
 
 // complete deletes the rows among n ids whose live claim is @tok.
 func (q *queries) complete(n int, fenced bool) string {
-	s := "DELETE FROM " + q.outbox + " WHERE id IN (" + idList(n) + ") AND claim_token = " + binParam("tok") +
+	s := counted("DELETE FROM ") + q.outbox + " WHERE id IN (" + idList(n) + ") AND claim_token = " + binParam("tok") +
 		" AND claim_expires_at > @now"
 	if fenced {
 		s += " AND lane = @lane AND " + q.liveLease()
@@ -254,12 +263,12 @@ func (q *queries) complete(n int, fenced bool) string {
 }
 
 func (q *queries) requeueIDs(n int) string {
-	return "UPDATE " + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	return counted("UPDATE ") + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked' AND id IN (" + idList(n) + ")"
 }
 
 func (q *queries) purgeIDs(n int) string {
-	return "DELETE FROM " + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")"
+	return counted("DELETE FROM ") + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")"
 }
 
 // insert returns a multi-row INSERT of rows rows with positional parameters @p1...

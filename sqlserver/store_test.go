@@ -93,3 +93,32 @@ func TestChunkIDs(t *testing.T) {
 		t.Fatal("id chunks too large")
 	}
 }
+
+// Every statement whose affected-row count a method returns turns NOCOUNT off first:
+// go-mssqldb reads the count from DONE tokens, which NOCOUNT (a server's 'user
+// options' can turn it on for every session) strips, so Complete, Renew, Fail and
+// AcquireLease would all report 0.
+func TestCountedStatements(t *testing.T) {
+	q := newQueries(newNames(outbox.Options{}))
+	for _, stmt := range []string{
+		q.renew(0, false), q.renew(3, true), q.release(0, false), q.release(2, true),
+		q.complete(2, false), q.complete(2, true), q.fail, q.failFenced, q.park,
+		q.requeueAll, q.requeueKey, q.requeueNullKey, q.requeueIDs(2),
+		q.purgeAll, q.purgeKey, q.purgeNullKey, q.purgeIDs(2),
+		q.acquireLease, q.renewLease, q.releaseLease,
+	} {
+		if !strings.HasPrefix(stmt, "SET NOCOUNT OFF;\n") {
+			t.Errorf("statement does not turn NOCOUNT off: %s", stmt)
+		}
+	}
+}
+
+// Ordering keys are compared as bytes and by length: varbinary '=' ignores trailing
+// zero bytes, so "a" and "a\x00" (61 00 and 61 00 00 00 in UTF-16) would otherwise match.
+func TestSameKeyComparesLength(t *testing.T) {
+	got := sameKey("o.ordering_key", "@key")
+	want := "CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key)"
+	if got != want {
+		t.Fatalf("sameKey = %s\nwant      %s", got, want)
+	}
+}
