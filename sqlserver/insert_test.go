@@ -177,3 +177,47 @@ func TestBulkCopyTableName(t *testing.T) {
 		t.Fatalf("raw name unexpectedly quoted to %s", got)
 	}
 }
+
+// The values appendRow sends are of the Go types go-mssqldb v1.11.2 accepts for each
+// column, both as sp_executesql parameters and in bulk copy (Bulk.makeParam switches on
+// the column's type: []byte for binary and varbinary, string for nvarchar, an integer
+// for int, time.Time for datetimeoffset, untyped nil for NULL). A nil []byte would go
+// out as NULL (a PLP NULL in bulk copy), which the NOT NULL columns reject.
+func TestAppendRowTypes(t *testing.T) {
+	full := validRecord()
+	full.Lane, full.OrderingKey, full.MessageType, full.TenantID = 2, "k", "t", "x"
+	full.Body = nil
+	bare := validRecord()
+	bare.Body = []byte{}
+	for _, r := range []outbox.Record{full, bare} {
+		args := appendRow(nil, &r)
+		for i, col := range insertCols {
+			v := args[i]
+			ok := false
+			switch col {
+			case "id":
+				b, isBytes := v.([]byte)
+				ok = isBytes && len(b) == 16
+			case "headers", "body":
+				b, isBytes := v.([]byte)
+				ok = isBytes && b != nil
+			case "message_uuid", "transport", "destination":
+				_, ok = v.(string)
+			case "ordering_key", "message_type", "tenant_id":
+				_, isString := v.(string)
+				ok = v == nil || isString
+			case "lane":
+				_, isInt := v.(int32)
+				ok = v == nil || isInt
+			case "created_at", "deliver_at":
+				tm, isTime := v.(time.Time)
+				ok = isTime && tm.Location() == time.UTC
+			default:
+				t.Fatalf("column %s has no expectation", col)
+			}
+			if !ok {
+				t.Errorf("record lane %d: column %s gets %T %#v", r.Lane, col, v, v)
+			}
+		}
+	}
+}
