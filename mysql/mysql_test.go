@@ -208,10 +208,11 @@ func TestInsertChunking(t *testing.T) {
 			}
 			insert(t, ctx, db, s, big)
 
-			// Many small rows: over 65,535 placeholders.
+			// Many small rows: over 65,535 placeholders in all, and over the 2 MiB up to
+			// which the store inlines values, so the chunks bind parameters.
 			small := make([]outbox.Record, 12000)
 			for i := range small {
-				small[i] = record(fmt.Sprintf("k%d", i%50), 8, []byte("s"))
+				small[i] = record(fmt.Sprintf("k%d", i%50), 8, bytes.Repeat([]byte("s"), 60))
 			}
 			insert(t, ctx, db, s, small)
 
