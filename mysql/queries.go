@@ -31,8 +31,8 @@ type queries struct {
 	insert                    string // "INSERT INTO ... VALUES "; the rows follow
 	listParked, listParkedKey string
 
-	leaseLock, leaseInsert, leaseExtend, leaseTakeover, leaseRenewLock, leaseRenew string
-	leaseRelease, leases                                                           string
+	leaseLock, leaseInsert, leaseExtend, leaseTakeover, leaseRenew string
+	leaseRelease, leases                                           string
 
 	heartbeat, members, leave string
 }
@@ -92,10 +92,10 @@ func newQueries(n names) *queries {
 
 	q.leaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE lane = ? FOR UPDATE`, n.lanes)
 	q.leaseInsert = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, ?)`, n.lanes)
-	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE lane = ?`, n.lanes)
-	q.leaseTakeover = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = ? WHERE lane = ?`, n.lanes)
-	q.leaseRenewLock = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ? FOR UPDATE`, n.lanes)
-	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE lane = ?`, n.lanes)
+	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))), renewals = renewals + 1 WHERE lane = ?`, n.lanes)
+	q.leaseTakeover = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = ?, renewals = 0 WHERE lane = ?`, n.lanes)
+	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))), renewals = renewals + 1 `+
+		`WHERE lane = ? AND token = ? AND expires_at > ?`, n.lanes)
 	q.leaseRelease = fmt.Sprintf(`DELETE FROM %s WHERE lane = ? AND token = ?`, n.lanes)
 	q.leases = fmt.Sprintf(`SELECT lane, owner, token, CAST(expires_at AS CHAR) FROM %s ORDER BY lane`, n.lanes)
 

@@ -148,11 +148,14 @@ func createStatements(n names) []string {
 
 	// No CHECK constraints here: MySQL 8 names them "<table>_chk_<n>", which for the
 	// longest table name would pass 64 characters; the store validates lane and token.
+	// renewals counts the renewals of the current token: it makes every renewal change
+	// the row, so that affected rows tells a live lease apart without clientFoundRows.
 	lanesTable := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
     lane       INT          NOT NULL,
     owner      VARCHAR(%[2]d) NOT NULL DEFAULT '',
     token      BINARY(16)   NOT NULL,
     expires_at DATETIME(6)  NOT NULL,
+    renewals   BIGINT       NOT NULL DEFAULT 0,
     PRIMARY KEY (lane)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, n.lanes, maxOwner)
 

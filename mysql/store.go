@@ -822,7 +822,7 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 	return held, nil
 }
 
-// RenewLease extends the live lease of l.Token (never shortening it).
+// RenewLease extends the live lease of l.Token (never shortening it), in one statement.
 func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
 	if err := s.checkLease(l); err != nil {
 		return false, fmt.Errorf("mysql: renew lease: %w", err)
@@ -835,25 +835,14 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("mysql: renew lease: Until: %w", err)
 	}
-	held := false
-	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
-		held = false
-		var one int
-		err := queryRowB(ctx, tx, s.q.leaseRenewLock, int64(l.Lane), l.Token[:], now).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		_, err = execB(ctx, tx, s.q.leaseRenew, until, int64(l.Lane))
-		held = err == nil
-		return err
-	})
+	// renewals changes on every renewal, so affected rows counts the live lease even when
+	// its expiry stays, whatever clientFoundRows says.
+	res, err := s.exec(ctx, s.q.leaseRenew, until, int64(l.Lane), l.Token[:], now)
 	if err != nil {
 		return false, wrapErr("renew lease", err)
 	}
-	return held, nil
+	n, err := res.RowsAffected()
+	return n > 0, wrapErr("renew lease", err)
 }
 
 // ReleaseLease deletes the lease of lane held with token, live or not.
