@@ -18,7 +18,8 @@
 // lane's lease row with UPDLOCK, HOLDLOCK in a short transaction, so claims of one lane
 // run one after another and two never take the same head. Reads, counts and
 // stats skip locked rows too: a writer's uncommitted rows are not eligible yet, and rows
-// being claimed are about to stop being. Every READPAST comes with READCOMMITTEDLOCK,
+// being claimed are about to stop being. MaxLane does not skip (a skipped row could hide
+// a lane beyond the forwarder's count). Every READPAST comes with READCOMMITTEDLOCK,
 // so the store locks alike whether or not the database has READ_COMMITTED_SNAPSHOT on.
 // Deadlock victims (1205) are retried twice, then reported like lock request timeouts
 // (1222) and snapshot update conflicts (3960) as *outbox.RetryableError. Statements

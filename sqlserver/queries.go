@@ -104,9 +104,13 @@ func newQueries(n names) *queries {
 	// One statement, so the lanes and the parked count come from one read.
 	q.stats = "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o") +
 		" GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM " + t + " AS p " + skipLocked + " WHERE p.status = 'parked'"
-	// Each half is the last entry of a filtered index.
-	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " " + skipLocked + " WHERE status = 'pending' " +
-		"UNION ALL SELECT MAX(lane) FROM " + t + " " + skipLocked + " WHERE status = 'parked') AS m"
+	// Each half is the last entry of a filtered index. No READPAST: this is the
+	// forwarder's check that no row lies beyond its lane count, and skipping a locked
+	// last entry (a row of the highest lane being claimed, completed or failed) would
+	// report a lower lane and let a misconfigured forwarder start. It may wait for a
+	// writer's open transaction instead (not under READ_COMMITTED_SNAPSHOT).
+	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WHERE status = 'pending' " +
+		"UNION ALL SELECT MAX(lane) FROM " + t + " WHERE status = 'parked') AS m"
 
 	parked := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
 	q.parkedAny = parked + " ORDER BY o.id"

@@ -67,7 +67,7 @@ SELECT COUNT_BIG(*) FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) 
 
 SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now) GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM [dbo].[outbox] AS p WITH (READPAST, READCOMMITTEDLOCK) WHERE p.status = 'parked'
 
-SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM [dbo].[outbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE status = 'pending' UNION ALL SELECT MAX(lane) FROM [dbo].[outbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE status = 'parked') AS m
+SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM [dbo].[outbox] WHERE status = 'pending' UNION ALL SELECT MAX(lane) FROM [dbo].[outbox] WHERE status = 'parked') AS m
 
 SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
 
