@@ -58,7 +58,8 @@ type Config struct {
 	LaneBatch int
 
 	// ClaimTTL is how long a claim of rows lasts; claims of rows still in flight are
-	// renewed before it runs out, so it only matters when a forwarder dies.
+	// renewed before it runs out, so it only matters when a forwarder dies. Claims of
+	// lane rows last at most LeaseTTL: a lane's next owner waits for them.
 	ClaimTTL time.Duration
 	// LeaseTTL is how long a lane lease and a heartbeat last; both are renewed every
 	// LeaseTTL/3. A dead forwarder's lanes move to the others after at most LeaseTTL.

@@ -276,25 +276,44 @@ func (f *Forwarder) Close() error {
 			f.hardCancel()
 			return
 		}
-		done := make(chan struct{})
-		go func() {
-			f.emitters.Wait()
-			close(done)
-		}()
-		timer := time.NewTimer(f.cfg.ShutdownTimeout)
-		select {
-		case <-done:
-		case <-timer.C:
-			f.logger.Info("Shutdown timeout: abandoning messages in flight (their claims expire)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})
+		// One deadline for the whole shutdown: messages in flight, then the deletes,
+		// lease releases and Leave. When it passes, store calls are cancelled.
+		deadline := time.NewTimer(f.cfg.ShutdownTimeout)
+		defer deadline.Stop()
+		abandon := func() {
+			f.logger.Info("Shutdown timeout: abandoning what is left (claims expire, leases time out)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})
 			close(f.abandon)
 			f.hardCancel()
-			<-done
 		}
-		timer.Stop()
+		emitted := make(chan struct{})
+		go func() {
+			f.emitters.Wait()
+			close(emitted)
+		}()
+		timedOut := false
+		select {
+		case <-emitted:
+		case <-deadline.C:
+			timedOut = true
+			abandon()
+			<-emitted
+		}
 		// Deletes flushed, leases released and members left before the subscription
 		// ends: a router that returns has let go of everything.
 		close(f.jobs)
-		f.services.Wait()
+		serviced := make(chan struct{})
+		go func() {
+			f.services.Wait()
+			close(serviced)
+		}()
+		select {
+		case <-serviced:
+		case <-deadline.C:
+			if !timedOut {
+				abandon()
+			}
+			<-serviced
+		}
 		f.hardCancel()
 		close(f.out)
 		f.logger.Info("Forwarder closed", nil)
@@ -313,14 +332,29 @@ func (f *Forwarder) isStopping() bool {
 }
 
 // emit hands msg to the subscription; false when the forwarder is abandoning.
-func (f *Forwarder) emit(ctx context.Context, msg *message.Message) bool {
+//
+// A consumer may take its messages slowly (one at a time, a busy router): while emit
+// waits, renew runs every `every` so that the claims of the rows held here (in flight
+// and not emitted yet) do not expire.
+func (f *Forwarder) emit(ctx context.Context, msg *message.Message, every time.Duration, renew func()) bool {
 	select {
 	case f.out <- msg:
 		return true
-	case <-f.abandon:
-		return false
-	case <-ctx.Done():
-		return false
+	default:
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case f.out <- msg:
+			return true
+		case <-f.abandon:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			renew()
+		}
 	}
 }
 

@@ -62,7 +62,7 @@ func (f *Forwarder) runLeases() {
 			lastRenew = time.Now()
 			nextRenew = lastRenew.Add(renewEvery)
 		}
-		f.leaseTick(holds, renew)
+		f.leaseTick(holds, renew, nextRenew)
 		if !sleep(max(min(tick, time.Until(nextRenew)), 0), f.stopping, nil) {
 			break
 		}
@@ -81,7 +81,7 @@ func (f *Forwarder) runLeases() {
 		}
 		time.Sleep(poll)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	if err := f.store.Leave(ctx, f.cfg.Owner); err != nil {
 		f.logger.Error("Cannot leave the members table (the heartbeat will expire)", err, nil)
@@ -104,7 +104,7 @@ func (f *Forwarder) reap(holds map[int]*laneHold) {
 const leaseRenewers = 8
 
 func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	type result struct {
 		h     *laneHold
@@ -156,8 +156,10 @@ func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
 	}
 }
 
-func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+// leaseTick runs one round of the lease manager; acquiring lanes stops at nextRenew so
+// that a round taking many lanes on a slow database never delays the renewals.
+func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, nextRenew time.Time) {
+	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	f.reap(holds)
 	if renew {
@@ -212,8 +214,10 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool) {
 		f.logger.Error("Cannot list lane leases", err, nil)
 		return
 	}
-	if f.cfg.StopLaneOnPoison && !renew {
-		// A lane about to be taken over may have been stopped by its previous owner.
+	if f.cfg.StopLaneOnPoison {
+		// A lane about to be taken over may have been stopped by its previous owner. Its
+		// park committed before it released the lease, so this listing, made after the
+		// lease read that found the lane free, sees the parked row.
 		f.refreshParkedLanes(ctx)
 	}
 	now := f.now()
@@ -224,7 +228,7 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool) {
 		}
 	}
 	start := index * lanes / k
-	for i := 0; i < lanes && need > 0; i++ {
+	for i := 0; i < lanes && need > 0 && time.Now().Before(nextRenew); i++ {
 		lane := (start + i) % lanes
 		if taken[lane] || holds[lane] != nil {
 			continue
@@ -280,7 +284,7 @@ func (f *Forwarder) heldCount() int {
 }
 
 func (f *Forwarder) releaseLease(lane int, token outbox.Token) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	if _, err := f.store.ReleaseLease(ctx, lane, token); err != nil {
 		f.logger.Error("Cannot release a lane lease (it will expire)", err, watermill.LogFields{"lane": lane})
@@ -360,6 +364,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 		f.emitters.Done()
 	}()
 	cfg := &f.cfg
+	claimTTL := f.laneClaimTTL()
 	lane := h.lane
 	counters := &f.counters[lane+1]
 	wakeCh := f.laneWake[lane]
@@ -393,6 +398,9 @@ func (f *Forwarder) runLane(h *laneHold) {
 		select {
 		case <-t.C:
 		case <-wakeCh:
+			// A commit landed here: if its row is not claimable at once (a lagging
+			// snapshot), look again soon rather than after a long idle pause.
+			idle = cfg.PollInterval
 		case <-h.release:
 			return false
 		case <-f.stopping:
@@ -401,6 +409,20 @@ func (f *Forwarder) runLane(h *laneHold) {
 			return false
 		}
 		return true
+	}
+	// renewHeld keeps the claims of the queued rows alive while the worker waits on the
+	// consumer or the handler; the head stays in place even when its claim is gone (its
+	// completion is then refused and the lane stops).
+	renewHeld := func() {
+		now := f.now()
+		if len(queue) == 0 || queue[0].until.Sub(now) >= claimTTL/2 {
+			return
+		}
+		head := queue[0]
+		queue, _ = f.renewQueue(h, queue, now)
+		if len(queue) == 0 || queue[0].rec.ID != head.rec.ID {
+			queue = append([]queued{head}, queue...)
+		}
 	}
 	leaseLive := func(now time.Time) bool {
 		// Stop sending a little before the lease runs out, so that a takeover never
@@ -421,7 +443,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 			}
 			continue
 		}
-		if len(queue) > 0 && queue[0].until.Sub(now) < cfg.ClaimTTL/2 {
+		if len(queue) > 0 && queue[0].until.Sub(now) < claimTTL/2 {
 			var ok bool
 			if queue, ok = f.renewQueue(h, queue, now); !ok {
 				if !pause(errDelay) {
@@ -444,7 +466,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 				continue
 			}
 			token := outbox.NewToken()
-			until := now.Add(cfg.ClaimTTL)
+			until := now.Add(claimTTL)
 			recs, err := f.store.Claim(h.ctx, outbox.ClaimParams{
 				Lane: lane, Limit: cfg.LaneBatch, Now: now, Until: until, Token: token,
 				Lease: h.token, HoldParkedKeys: cfg.HoldParkedKeys,
@@ -462,10 +484,11 @@ func (f *Forwarder) runLane(h *laneHold) {
 			}
 			errDelay = cfg.PollInterval
 			if len(recs) == 0 {
-				if !pause(idle) {
+				d := idle
+				idle = min(2*idle, cfg.MaxPollInterval)
+				if !pause(d) {
 					return
 				}
-				idle = min(2*idle, cfg.MaxPollInterval)
 				continue
 			}
 			idle = cfg.PollInterval
@@ -487,12 +510,12 @@ func (f *Forwarder) runLane(h *laneHold) {
 		}
 		counters.inFlight.Add(1)
 		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
-		sent := f.emit(h.ctx, msg)
+		sent := f.emit(h.ctx, msg, claimTTL/4, renewHeld)
 		var acked, settled bool
 		if sent {
 			// A slow handler (a broker retrying for long) must not let the claims of the
 			// row in flight and of the rows queued behind it expire.
-			renew := time.NewTicker(cfg.ClaimTTL / 4)
+			renew := time.NewTicker(claimTTL / 4)
 		wait:
 			for {
 				select {
@@ -507,20 +530,14 @@ func (f *Forwarder) runLane(h *laneHold) {
 				case <-f.abandon:
 					break wait
 				case <-renew.C:
-					if now := f.now(); queue[0].until.Sub(now) < cfg.ClaimTTL/2 {
-						queue, _ = f.renewQueue(h, queue, now)
-						if len(queue) == 0 || queue[0].rec.ID != q.rec.ID {
-							// The claim of the row in flight is gone: another worker may
-							// send it; this one stops once the handler returns.
-							queue = append([]queued{q}, queue...)
-						}
-					}
+					renewHeld()
 				}
 			}
 			renew.Stop()
 		}
 		counters.inFlight.Add(-1)
 		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
+		q = queue[0] // with its renewed claim expiry
 		if !settled {
 			if sent {
 				queue = queue[1:] // still in the handler: its claim expires by itself
@@ -529,6 +546,9 @@ func (f *Forwarder) runLane(h *laneHold) {
 		}
 		if acked {
 			if !f.completeLaneRow(h, &q) {
+				// Published but not deleted: leave its claim to expire rather than
+				// release it, so that it is not sent again at once.
+				queue = queue[1:]
 				return
 			}
 			counters.sent.Add(1)
@@ -540,6 +560,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 		park := attempts >= cfg.MaxAttempts
 		at := f.now().Add(cfg.backoff(attempts))
 		if !f.failLaneRow(h, &q, d.failure(), at, park) {
+			queue = queue[1:] // its claim expires: a natural backoff
 			return
 		}
 		if park {
@@ -553,6 +574,11 @@ func (f *Forwarder) runLane(h *laneHold) {
 		queue, notBefore = nil, at
 	}
 }
+
+// laneClaimTTL is the lifetime of lane row claims: no longer than the lease, since a
+// worker that lost its lease can neither complete nor release them, and its successor
+// waits for them to expire.
+func (f *Forwarder) laneClaimTTL() time.Duration { return min(f.cfg.ClaimTTL, f.cfg.LeaseTTL) }
 
 // afterPark drops the parked head and releases what may no longer follow it: the whole
 // queue when the lane stops on poison, the rows of the parked key when keys are held.
@@ -585,7 +611,7 @@ func (f *Forwarder) releaseQueue(h *laneHold, queue []queued) {
 	if len(queue) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	byToken := map[outbox.Token][]outbox.ID{}
 	for _, q := range queue {
@@ -601,7 +627,7 @@ func (f *Forwarder) releaseQueue(h *laneHold, queue []queued) {
 // renewQueue extends the claims of the queued rows; rows whose claim is gone are dropped.
 // ok is false on a database error.
 func (f *Forwarder) renewQueue(h *laneHold, queue []queued, now time.Time) ([]queued, bool) {
-	until := now.Add(f.cfg.ClaimTTL)
+	until := now.Add(f.laneClaimTTL())
 	renewed := map[outbox.Token]bool{}
 	for _, q := range queue {
 		if _, seen := renewed[q.token]; seen {

@@ -35,7 +35,6 @@ func (s *hiccupStore) Complete(ctx context.Context, c outbox.CompleteParams) (in
 // expired": the worker gives up, stops the lane, releases the (live) claim of the row it
 // has just published, and the row is sent again.
 func TestReviewLaneCompleteRetryUsesRenewedClaim(t *testing.T) {
-	reviewOpen(t, "R2: retryLane uses the stale claim expiry")
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		st := &hiccupStore{Store: tb.store}
 		rec := newRecorder()

@@ -52,7 +52,6 @@ func (h *hungStore) Complete(ctx context.Context, c outbox.CompleteParams) (int,
 // database that stops answering, Close takes about ClaimTTL per two queued jobs instead
 // of about ShutdownTimeout.
 func TestReviewCloseBoundedWhenDatabaseHangs(t *testing.T) {
-	reviewOpen(t, "R4: Close waits for the unordered completers without a deadline")
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		const n = 6
 		var recs []outbox.Record

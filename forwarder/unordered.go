@@ -20,6 +20,7 @@ type uBatch struct {
 	token   outbox.Token
 	until   time.Time
 	open    int         // emitted rows not yet acked or nacked
+	waiting int         // claimed rows not emitted yet
 	acked   []outbox.ID // acked rows waiting for the coalesced delete
 	renewAt time.Time   // wall time of the next renewal attempt after an error
 }
@@ -113,7 +114,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	renew := func() {
 		now := f.now()
 		for _, b := range batches {
-			if b.open == 0 || b.until.Sub(now) >= cfg.ClaimTTL/2 || time.Now().Before(b.renewAt) {
+			if (b.open == 0 && b.waiting == 0) || b.until.Sub(now) >= cfg.ClaimTTL/2 || time.Now().Before(b.renewAt) {
 				continue
 			}
 			until := now.Add(cfg.ClaimTTL)
@@ -170,12 +171,15 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 					nextClaim = time.Now().Add(cfg.PollInterval)
 				}
 				batches[b.token] = b
+				b.waiting = len(recs)
 				for i := range recs {
 					if f.isStopping() {
 						// Shutting down: give the rows not emitted yet back at once.
 						f.releaseUnordered(b.token, recs[i:])
+						b.waiting = 0
 						break
 					}
+					b.waiting--
 					msg, d, reason := f.prepare(&recs[i])
 					if reason != "" {
 						f.parkClaimed(&recs[i], b.token, reason)
@@ -184,7 +188,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 					b.open++
 					inFlight++
 					counters.inFlight.Add(1)
-					if !f.emit(ctx, msg) {
+					if !f.emit(ctx, msg, cfg.ClaimTTL/4, renew) {
 						counters.inFlight.Add(-1)
 						f.releaseUnordered(b.token, recs[i:])
 						return
@@ -287,7 +291,7 @@ func (f *Forwarder) releaseUnordered(token outbox.Token, recs []outbox.Record) {
 	for i := range recs {
 		ids[i] = recs[i].ID
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.LeaseTTL)
+	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	if _, err := f.store.Release(ctx, outbox.ReleaseParams{Token: token, IDs: ids, Now: f.now(), Lane: outbox.Unordered}); err != nil {
 		f.logger.Error("Cannot release claimed unordered rows (their claims expire)", err, watermill.LogFields{"rows": len(ids)})
@@ -341,6 +345,9 @@ func (f *Forwarder) runCompleters() {
 // runJob retries a store job on errors until the claim it relies on has expired.
 func (f *Forwarder) runJob(j storeJob) {
 	delay := 20 * time.Millisecond
+	if !f.now().Before(j.until) {
+		return // the claim is gone: the store would change nothing
+	}
 	for {
 		ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.ClaimTTL)
 		var err error
