@@ -32,8 +32,9 @@
 // lanes over the running forwarders: each forwarder heartbeats into the members table
 // every LeaseTTL/3 and aims at its fair share (lanes/K for K live members, one more for
 // the first lanes%K members in name order), acquiring free or expired leases and handing
-// surplus lanes over at its next renewal. A forwarder that dies loses its lanes when its
-// leases expire (LeaseTTL).
+// surplus lanes over at its next membership check. A forwarder that dies loses its lanes
+// when its leases expire (LeaseTTL); its lane row claims last no longer than its lease, so
+// its lanes resume about LeaseTTL after a crash.
 //
 // Each held lane has a worker that claims the head run of the lane (up to LaneBatch
 // rows) and sends one message at a time, in id order, deleting each row (fenced by the
@@ -46,10 +47,16 @@
 // the forwarders of one table need clocks in step (NTP) to well within LeaseTTL/10.
 //
 // A nacked head is retried after its backoff while the rows behind it wait (their claims
-// are given back meanwhile). After
-// MaxAttempts it is parked and the lane continues, or, with StopLaneOnPoison, the lane
-// stops until the parked row is requeued or purged; with HoldParkedKeys only later rows
-// of the parked row's ordering key are held.
+// are given back meanwhile). After MaxAttempts it is parked and the lane continues, or,
+// with StopLaneOnPoison, the lane stops until the parked row is requeued or purged; with
+// HoldParkedKeys only later rows of the parked row's ordering key are held.
+//
+// # Database pool
+//
+// Lane workers, claimers, completers and the lease manager call the store concurrently
+// (with 64 held lanes, dozens at once after a burst of commits). Bound and size the pool
+// (db.SetMaxOpenConns and SetMaxIdleConns, e.g. 16 to 32 each): an unbounded pool opens
+// and closes connections at every burst and can exhaust the server's connection limit.
 //
 // # Latency and polling
 //
