@@ -27,12 +27,16 @@ var (
 	plainDSN = dsnVariant{"plain", func(*driver.Config) {}}
 	// Every setting that changes what the driver sends or returns: interpolated
 	// (text-protocol) statements, affected rows counting unchanged rows, and DATETIME
-	// parsed into time.Time in the machine's zone.
+	// parsed into time.Time in a zone other than UTC (loc=Local where the machine's zone
+	// is not UTC; a fixed +05:30 otherwise, since Local is often UTC on servers).
 	otherDSN = dsnVariant{"interpolate-foundrows-parsetime", func(cfg *driver.Config) {
 		cfg.InterpolateParams = true
 		cfg.ClientFoundRows = true
 		cfg.ParseTime = true
 		cfg.Loc = time.Local
+		if _, off := time.Now().In(time.Local).Zone(); off == 0 {
+			cfg.Loc = time.FixedZone("+05:30", 5*3600+1800)
+		}
 	}}
 )
 
