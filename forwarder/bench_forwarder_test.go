@@ -285,33 +285,83 @@ func BenchmarkDrain(b *testing.B) {
 	for _, e := range engines {
 		b.Run(e.name, func(b *testing.B) {
 			db, _ := e.open(b)
-			var base, def, big drainResult
+			var base, def, big, ratio, ratio500, allocs, bytes []float64
 			for i := 0; i < b.N; i++ {
-				nop := &chaos.NopPublisher{}
-				st := e.table(b, db, 64)
-				fillUnordered(b, e, db, st, n, "bench")
-				base.rate = baselineDrain(b, e, db, st.Options(), nop, n)
-
-				nop = &chaos.NopPublisher{}
-				st = e.table(b, db, 64)
-				fillUnordered(b, e, db, st, n, "bench")
-				def = forwarderDrain(b, e, db, st, forwarder.Config{}, nop, nop.Count, n)
-
-				nop = &chaos.NopPublisher{}
-				st = e.table(b, db, 64)
-				fillUnordered(b, e, db, st, n, "bench")
-				big = forwarderDrain(b, e, db, st, forwarder.Config{ClaimBatch: 500, InFlight: 2000}, nop, nop.Count, n)
+				for r := 0; r < benchRounds(); r++ {
+					fresh := func() (*chaos.NopPublisher, outbox.Store) {
+						st := e.table(b, db, 64)
+						fillUnordered(b, e, db, st, n, "bench")
+						return &chaos.NopPublisher{}, st
+					}
+					// Alternate who goes first so that drifting machine load does not
+					// favour one side.
+					runs := []func(){
+						func() {
+							nop, st := fresh()
+							base = append(base, baselineDrain(b, e, db, st.Options(), nop, n))
+						},
+						func() {
+							nop, st := fresh()
+							d := forwarderDrain(b, e, db, st, forwarder.Config{}, nop, nop.Count, n)
+							def = append(def, d.rate)
+							allocs = append(allocs, d.allocsPerMsg)
+							bytes = append(bytes, d.bytesPerMsg)
+						},
+						func() {
+							nop, st := fresh()
+							big = append(big, forwarderDrain(b, e, db, st, forwarder.Config{ClaimBatch: 500, InFlight: 2000}, nop, nop.Count, n).rate)
+						},
+					}
+					if r%2 == 1 {
+						slices.Reverse(runs)
+					}
+					for _, run := range runs {
+						run()
+					}
+					ratio = append(ratio, def[len(def)-1]/base[len(base)-1])
+					ratio500 = append(ratio500, big[len(big)-1]/base[len(base)-1])
+				}
 			}
-			b.ReportMetric(base.rate, "baseline_rows/s")
-			b.ReportMetric(def.rate, "fwd_rows/s")
-			b.ReportMetric(def.rate/base.rate, "ratio")
-			b.ReportMetric(big.rate, "fwd500_rows/s")
-			b.ReportMetric(big.rate/base.rate, "ratio500")
-			b.ReportMetric(def.allocsPerMsg, "allocs/msg")
-			b.ReportMetric(def.bytesPerMsg, "B/msg")
+			b.ReportMetric(median(base), "baseline_rows/s")
+			b.ReportMetric(median(def), "fwd_rows/s")
+			b.ReportMetric(median(ratio), "ratio")
+			b.ReportMetric(median(big), "fwd500_rows/s")
+			b.ReportMetric(median(ratio500), "ratio500")
+			b.ReportMetric(median(allocs), "allocs/msg")
+			b.ReportMetric(median(bytes), "B/msg")
 			b.ReportMetric(0, "ns/op")
+			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v rows/s", e.name, rounded(base), rounded(def), rounded(big))
 		})
 	}
+}
+
+// benchRounds is how many times each side is measured (OUTBOX_BENCH_ROUNDS, default 1);
+// the reported figures are medians of the rounds, ratios are per round.
+func benchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("OUTBOX_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func rounded(xs []float64) []int {
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		out[i] = int(x)
+	}
+	return out
 }
 
 // BenchmarkBacklogMemory: memory while draining a large backlog must stay flat (the
