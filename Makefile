@@ -108,6 +108,7 @@ chaos: services
 	OUTBOX_TEST_FULL=1 $(GO) test -count=1 -timeout 30m -v -run 'TestE2E_|TestPubSubUniversal' $(GOTESTFLAGS) ./forwarder/
 	OUTBOX_TEST_FULL=1 OUTBOX_CHAOS_RESTART=1 $(GO) test -count=1 -timeout 10m -v -run '^TestE2E_DatabaseConnectionsKilled$$' $(GOTESTFLAGS) ./forwarder/
 
-## bench-forwarder: forwarder benchmarks with their side-by-side ratios (OUTBOX_BENCH_1M=1 adds the 1,000,000-row memory run)
+## bench-forwarder: forwarder benchmarks with their side-by-side ratios, medians of OUTBOX_BENCH_ROUNDS (default 3) interleaved rounds (OUTBOX_BENCH_1M=1 adds the 1,000,000-row memory run)
+OUTBOX_BENCH_ROUNDS ?= 3
 bench-forwarder: services
-	$(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime=1x $(GOTESTFLAGS) ./forwarder/
+	OUTBOX_BENCH_ROUNDS=$(OUTBOX_BENCH_ROUNDS) $(GO) test -count=1 -timeout 90m -run '^$$' -bench . -benchtime=1x $(GOTESTFLAGS) ./forwarder/
