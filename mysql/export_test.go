@@ -10,7 +10,8 @@ import (
 // are locked (tests hold the transaction open with it).
 func SetAfterLock(s *Store, fn func()) { s.afterLock = fn }
 
-// HotStatements returns the statements of the two hot reads and of the two claims, as
+// HotStatements returns the statements of the two hot reads, of the two claims and of
+// their idle checks, as
 // the store sends them for lane, now and limit (values inlined), for EXPLAIN.
 func HotStatements(s *Store, lane int, now time.Time, limit int) map[string]string {
 	at, err := timeArg(now)
@@ -19,10 +20,12 @@ func HotStatements(s *Store, lane int, now time.Time, limit int) map[string]stri
 	}
 	var zero outbox.ID
 	return map[string]string{
-		"head of lane":       bind(s.q.readLane, int64(lane), zero[:], at, at, int64(limit)),
-		"unordered due":      bind(s.q.readUnordered, zero[:], at, at, int64(limit)),
-		"claim head of lane": bind(s.q.claimLaneLocked, int64(lane), zero[:], int64(limit)),
-		"claim unordered":    bind(s.q.claimUnordered, at, at, int64(limit)),
+		"head of lane":            bind(s.q.readLane, int64(lane), zero[:], at, at, int64(limit)),
+		"unordered due":           bind(s.q.readUnordered, zero[:], at, at, int64(limit)),
+		"claim head of lane":      bind(s.q.claimLaneLocked, int64(lane), zero[:], int64(limit)),
+		"claim unordered":         bind(s.q.claimUnordered, at, at, int64(limit)),
+		"idle check of lane":      bind(s.q.laneHead, int64(lane)),
+		"idle check of unordered": bind(s.q.anyUnordered, at, at),
 	}
 }
 

@@ -11,6 +11,7 @@ type queries struct {
 	// The two hot reads.
 	readUnordered, readLane string
 
+	anyUnordered     string // non-locking: is any unordered row eligible?
 	claimUnordered   string // locking head of unordered due rows
 	claimLaneLocked  string // locking head of one lane (all pending rows, in id order)
 	claimLaneVisible string // non-locking ids of the same head, to detect skipped rows
@@ -49,6 +50,7 @@ func newQueries(n names) *queries {
 	q.readLane = fmt.Sprintf(`SELECT %s FROM %s WHERE lane = ? AND id > ? AND %s ORDER BY id LIMIT ?`,
 		recordColumns, n.outbox, eligibleWhere)
 
+	q.anyUnordered = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane IS NULL AND %s LIMIT 1`, n.outbox, eligibleWhere)
 	q.claimUnordered = fmt.Sprintf(`SELECT %s FROM %s WHERE lane IS NULL AND %s ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
 		recordColumns, n.outbox, eligibleWhere)
 	q.claimLaneLocked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,

@@ -199,6 +199,14 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (res sql.Re
 }
 
 func (s *Store) claimUnordered(ctx context.Context, c outbox.ClaimParams, now, until sqlTime, out []outbox.Record) ([]outbox.Record, error) {
+	// An idle poll (nothing eligible) costs one non-locking read, not a transaction.
+	var one int
+	switch err := queryRowB(ctx, s.db, s.q.anyUnordered, now, now).Scan(&one); {
+	case errors.Is(err, sql.ErrNoRows):
+		return out, nil
+	case err != nil:
+		return out, err
+	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		rows, err := queryB(ctx, tx, s.q.claimUnordered, now, now, int64(c.Limit))
 		if err != nil {
