@@ -37,12 +37,15 @@
 // its lanes resume about LeaseTTL after a crash.
 //
 // Each held lane has a worker that claims the head run of the lane (up to LaneBatch
-// rows) and sends one message at a time, in id order, deleting each row (fenced by the
-// lease token) before it sends the next. A head row that is not yet due, or that holds a
-// live claim of someone else, holds the whole lane: ordering beats scheduling, so a row
-// scheduled for later delays the rows written after it in its lane. When a lease renewal
-// or a fenced delete is refused, the worker stops at once: a forwarder that lost its
-// lease (paused, partitioned) neither completes nor sends further rows of that lane.
+// rows) and sends one message at a time, in id order, each only after the previous one
+// was acked and only while its lease is live by its clock (with a margin of LeaseTTL/10);
+// it deletes the sent run in one statement fenced by the lease token before it claims
+// the next run. A head row that is not yet due, or that holds a live claim of someone
+// else, holds the whole lane: ordering beats scheduling, so a row scheduled for later
+// delays the rows written after it in its lane. When a lease renewal or a fenced delete
+// is refused, the worker stops at once: a forwarder that lost its lease (paused,
+// partitioned) neither completes nor sends further rows of that lane; its sent rows are
+// sent again by the lane's next owner (at least once).
 // Tokens fence regardless of clocks; expiries are compared with the caller's clock, so
 // the forwarders of one table need clocks in step (NTP) to well within LeaseTTL/10.
 //

@@ -353,8 +353,9 @@ type queued struct {
 // send now (behind a failed head, of a held key, or at a handover or shutdown) are
 // released, so that the lane is claimable again at once.
 func (f *Forwarder) runLane(h *laneHold) {
-	var queue []queued
+	var queue, acked []queued // claimed rows not sent yet; sent rows not deleted yet
 	defer func() {
+		f.completeAcked(h, acked)
 		f.releaseQueue(h, queue)
 		f.held[h.lane].Store(false)
 		f.releaseLease(h.lane, h.token)
@@ -419,7 +420,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 			return
 		}
 		head := queue[0]
-		queue, _ = f.renewQueue(h, queue, now)
+		queue, _ = f.renewQueue(h, queue, now, acked)
 		if len(queue) == 0 || queue[0].rec.ID != head.rec.ID {
 			queue = append([]queued{head}, queue...)
 		}
@@ -443,9 +444,18 @@ func (f *Forwarder) runLane(h *laneHold) {
 			}
 			continue
 		}
+		if len(queue) == 0 && len(acked) > 0 {
+			// The claimed run is sent: delete it (fenced) before claiming the next one,
+			// which these rows' claims would otherwise hold.
+			ok := f.completeAcked(h, acked)
+			acked = acked[:0]
+			if !ok {
+				return
+			}
+		}
 		if len(queue) > 0 && queue[0].until.Sub(now) < claimTTL/2 {
 			var ok bool
-			if queue, ok = f.renewQueue(h, queue, now); !ok {
+			if queue, ok = f.renewQueue(h, queue, now, acked); !ok {
 				if !pause(errDelay) {
 					return
 				}
@@ -511,7 +521,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 		counters.inFlight.Add(1)
 		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
 		sent := f.emit(h.ctx, msg, claimTTL/4, renewHeld)
-		var acked, settled bool
+		var ok, settled bool
 		if sent {
 			// A slow handler (a broker retrying for long) must not let the claims of the
 			// row in flight and of the rows queued behind it expire.
@@ -520,7 +530,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 			for {
 				select {
 				case <-msg.Acked():
-					acked, settled = true, true
+					ok, settled = true, true
 					break wait
 				case <-msg.Nacked():
 					settled = true
@@ -544,15 +554,12 @@ func (f *Forwarder) runLane(h *laneHold) {
 			}
 			return
 		}
-		if acked {
-			if !f.completeLaneRow(h, &q) {
-				// Published but not deleted: leave its claim to expire rather than
-				// release it, so that it is not sent again at once.
-				queue = queue[1:]
-				return
-			}
-			counters.sent.Add(1)
-			f.metrics.MessageSent(lane)
+		if ok {
+			// Deleted with the rest of the run (one statement): the next row goes out
+			// only after leaseLive confirmed the lease, so a worker that could have
+			// lost it sends nothing more, and the fenced delete refuses the rows of a
+			// lost lease.
+			acked = append(acked, q)
 			queue = queue[1:]
 			continue
 		}
@@ -626,7 +633,7 @@ func (f *Forwarder) releaseQueue(h *laneHold, queue []queued) {
 
 // renewQueue extends the claims of the queued rows; rows whose claim is gone are dropped.
 // ok is false on a database error.
-func (f *Forwarder) renewQueue(h *laneHold, queue []queued, now time.Time) ([]queued, bool) {
+func (f *Forwarder) renewQueue(h *laneHold, queue []queued, now time.Time, acked []queued) ([]queued, bool) {
 	until := now.Add(f.laneClaimTTL())
 	renewed := map[outbox.Token]bool{}
 	for _, q := range queue {
@@ -647,16 +654,49 @@ func (f *Forwarder) renewQueue(h *laneHold, queue []queued, now time.Time) ([]qu
 			kept = append(kept, q)
 		}
 	}
+	// Sent rows waiting for their delete share the tokens (Renew covers every claim of
+	// a token).
+	for i := range acked {
+		if renewed[acked[i].token] {
+			acked[i].until = until
+		}
+	}
 	return kept, true
 }
 
-// completeLaneRow deletes a sent row with the lane's lease; false when the lease or the
-// claim is gone (the lane stops: another forwarder owns it now).
-func (f *Forwarder) completeLaneRow(h *laneHold, q *queued) bool {
-	return f.retryLane(h, q, "complete", func(ctx context.Context) (bool, error) {
-		n, err := f.store.Complete(ctx, outbox.CompleteParams{Token: q.token, IDs: []outbox.ID{q.rec.ID}, Now: f.now(), Lane: h.lane, Lease: h.token})
-		return n == 1, err
-	})
+// completeAcked deletes the sent rows of the lane with the lane's lease, one statement per
+// claim token, and counts them; false when the lease or a claim is gone (the lane stops:
+// another forwarder owns it, and the rows are sent again there).
+func (f *Forwarder) completeAcked(h *laneHold, acked []queued) bool {
+	for len(acked) > 0 {
+		token := acked[0].token
+		var ids []outbox.ID
+		group := acked[0]
+		rest := acked[:0:0]
+		for _, q := range acked {
+			if q.token == token {
+				ids = append(ids, q.rec.ID)
+				group.until = q.until
+			} else {
+				rest = append(rest, q)
+			}
+		}
+		ok := f.retryLane(h, &group, "complete", func(ctx context.Context) (bool, error) {
+			n, err := f.store.Complete(ctx, outbox.CompleteParams{Token: token, IDs: ids, Now: f.now(), Lane: h.lane, Lease: h.token})
+			if n > 0 {
+				f.counters[h.lane+1].sent.Add(uint64(n))
+				for range n {
+					f.metrics.MessageSent(h.lane)
+				}
+			}
+			return n == len(ids), err
+		})
+		if !ok {
+			return false
+		}
+		acked = rest
+	}
+	return true
 }
 
 // failLaneRow records a failed attempt (or parks) with the lane's lease.

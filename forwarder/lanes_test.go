@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,50 +269,86 @@ func TestScheduledRows(t *testing.T) {
 	})
 }
 
-// A forwarder paused past its lease has its lane taken over: it can neither complete
-// the row it was sending nor send the lane's next rows.
+// leaseLossSetup starts a forwarder (clock: real time plus *skew) holding a lane with two
+// rows, and returns once the first row is inside the target's Publish (blocked on gate).
+func leaseLossSetup(t *testing.T, tb *table, skew *atomic.Int64) (f *Forwarder, rec *recorder, gate chan struct{}, lane int, cfg Config) {
+	t.Helper()
+	rec = newRecorder()
+	gate = make(chan struct{})
+	rec.gate = gate
+	lane = 3
+	key := keyInLane(lane, tb.opts.Lanes, 0)
+	tb.insert(t, tb.row("t", key, key+"/0"), tb.row("t", key, key+"/1"))
+	cfg = fastConfig()
+	cfg.LeaseTTL = 2 * time.Second
+	cfg.DisableUnordered = true
+	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	f, _ = start(t, tb.store, Targets{"": rec}, cfg)
+	waitFor(t, 10*time.Second, "the first row in the target", func() bool { return rec.callCount() == 1 })
+	return f, rec, gate, lane, cfg
+}
+
+// takeOver acquires lane for another owner at an instant past every expiry the holder
+// could have renewed to.
+func takeOver(t *testing.T, tb *table, lane int, cfg Config) {
+	t.Helper()
+	later := time.Now().Add(cfg.LeaseTTL + time.Second)
+	ok, err := tb.store.AcquireLease(context.Background(), outbox.LeaseParams{Lane: lane, Owner: "thief", Token: outbox.NewToken(), Now: later, Until: later.Add(time.Minute)})
+	if err != nil || !ok {
+		t.Fatalf("takeover: %v %v", ok, err)
+	}
+}
+
+func laneDropped(f *Forwarder, lane int) func() bool {
+	return func() bool {
+		for _, l := range f.Stats().HeldLanes {
+			if l == lane {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// A forwarder paused past its lease (its clock jumps when it resumes) while another
+// owner took the lane over: it neither completes the row it was sending nor sends the
+// lane's next row.
 func TestLeaseLossFencing(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
-		rec := newRecorder()
-		gate := make(chan struct{})
-		rec.gate = gate
-		lane := 3
-		key := keyInLane(lane, tb.opts.Lanes, 0)
-		r0 := tb.row("t", key, key+"/0")
-		r1 := tb.row("t", key, key+"/1")
-		tb.insert(t, r0, r1)
-		cfg := fastConfig()
-		cfg.LeaseTTL = 2 * time.Second
-		cfg.DisableUnordered = true
-		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
-		waitFor(t, 10*time.Second, "the first row in the target", func() bool { return rec.callCount() == 1 })
-
-		// The forwarder is "paused" inside Publish. Another owner takes the lane at an
-		// instant past every expiry the paused one could have renewed to.
-		later := time.Now().Add(cfg.LeaseTTL + time.Second)
-		thief := outbox.NewToken()
-		ok, err := tb.store.AcquireLease(context.Background(), outbox.LeaseParams{Lane: lane, Owner: "thief", Token: thief, Now: later, Until: later.Add(time.Minute)})
-		if err != nil || !ok {
-			t.Fatalf("takeover: %v %v", ok, err)
-		}
+		var skew atomic.Int64
+		f, rec, gate, lane, cfg := leaseLossSetup(t, tb, &skew)
+		skew.Store(int64(cfg.LeaseTTL + time.Second)) // the pause, as the process sees it
+		takeOver(t, tb, lane, cfg)
 		rec.mu.Lock()
 		rec.gate = nil
 		rec.mu.Unlock()
-		close(gate) // resume: the handler acks r0
-		waitFor(t, 10*time.Second, "lane dropped", func() bool {
-			for _, l := range f.Stats().HeldLanes {
-				if l == lane {
-					return false
-				}
-			}
-			return true
-		})
+		close(gate) // resume: the handler acks the first row
+		waitFor(t, 10*time.Second, "lane dropped", laneDropped(f, lane))
 		time.Sleep(200 * time.Millisecond)
 		if n := tb.rows(t); n != 2 {
 			t.Fatalf("%d rows left: the fenced forwarder completed a row of a lane it lost", n)
 		}
 		if got := rec.got(); len(got) != 1 {
 			t.Fatalf("the fenced forwarder sent %d messages, want only the one in flight", len(got))
+		}
+	})
+}
+
+// The store fences too: a forwarder whose clock lags (it believes its lease still live)
+// after another owner took its lane cannot delete any row of the lane, and stops it.
+func TestLeaseLossStoreFencing(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		var skew atomic.Int64
+		f, rec, gate, lane, cfg := leaseLossSetup(t, tb, &skew)
+		takeOver(t, tb, lane, cfg) // by a clock LeaseTTL+1s ahead of the holder's
+		rec.mu.Lock()
+		rec.gate = nil
+		rec.mu.Unlock()
+		close(gate)
+		waitFor(t, 10*time.Second, "lane dropped", laneDropped(f, lane))
+		time.Sleep(200 * time.Millisecond)
+		if n := tb.rows(t); n != 2 {
+			t.Fatalf("%d rows left: a forwarder completed rows of a lane it lost", n)
 		}
 	})
 }
