@@ -73,14 +73,14 @@
 // # Shutdown
 //
 // Close (or the router's close) stops claiming, lets messages in flight finish, flushes
-// their deletes, gives back the claims of rows it claimed
-// but did not send (store.Release, no attempt counted), releases every lane lease and
-// leaves the members table, so other forwarders take the lanes over at their next
-// membership check (about MaxPollInterval) instead of after LeaseTTL. All of it is
-// bounded by ShutdownTimeout, even with a database that stops answering: at the deadline
-// store calls are cancelled, messages still in the handler keep their claims until they
-// expire and may be sent again, and leases not released expire. A lane handed over to another forwarder is given up the same way, after
-// its message in flight settles.
+// their deletes, gives back the claims of rows it claimed but did not send
+// (store.Release, no attempt counted), releases every lane lease and leaves the members
+// table, so other forwarders take the lanes over at their next membership check (about
+// MaxPollInterval) instead of after LeaseTTL. A lane handed over to another forwarder is
+// given up the same way, after its message in flight settles. All of it is bounded by
+// ShutdownTimeout, even with a database that stops answering: at the deadline store
+// calls are cancelled, messages still in the handler keep their claims until they
+// expire (and may be sent again), and leases not released expire.
 //
 // # Observability
 //
