@@ -97,6 +97,7 @@ type Forwarder struct {
 	held     []atomic.Bool  // index lane
 	members  atomic.Int64
 
+	gaugeMu     sync.Mutex // orders gauge reports (reportInFlight, reportLanesHeld)
 	statsMu     sync.Mutex
 	stats       outbox.Stats
 	statsAt     time.Time

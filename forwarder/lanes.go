@@ -267,7 +267,7 @@ func (f *Forwarder) startLane(holds map[int]*laneHold, lane int, token outbox.To
 	f.mu.Unlock()
 	holds[lane] = h
 	f.held[lane].Store(true)
-	f.metrics.LanesHeld(f.heldCount())
+	f.reportLanesHeld()
 	f.logger.Debug("Lane acquired", watermill.LogFields{"lane": lane})
 	go f.runLane(h)
 	return true
@@ -359,7 +359,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 		f.releaseQueue(h, queue)
 		f.held[h.lane].Store(false)
 		f.releaseLease(h.lane, h.token)
-		f.metrics.LanesHeld(f.heldCount())
+		f.reportLanesHeld()
 		h.cancel()
 		close(h.done)
 		f.emitters.Done()
@@ -519,7 +519,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 			continue
 		}
 		counters.inFlight.Add(1)
-		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
+		f.reportInFlight(lane)
 		sent := f.emit(h.ctx, msg, claimTTL/4, renewHeld)
 		var ok, settled bool
 		if sent {
@@ -546,7 +546,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 			renew.Stop()
 		}
 		counters.inFlight.Add(-1)
-		f.metrics.InFlight(lane, int(counters.inFlight.Load()))
+		f.reportInFlight(lane)
 		q = queue[0] // with its renewed claim expiry
 		if !settled {
 			if sent {

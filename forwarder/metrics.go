@@ -38,6 +38,22 @@ func (nopMetrics) InFlight(int, int)               {}
 func (nopMetrics) LanesHeld(int)                   {}
 func (nopMetrics) Backlog(outbox.Stats, time.Time) {}
 
+// reportInFlight reports lane's in-flight gauge. Reading the counter and reporting it
+// under one lock keeps the reports in order: concurrent settlements cannot leave an
+// older value as the last one the gauge received.
+func (f *Forwarder) reportInFlight(lane int) {
+	f.gaugeMu.Lock()
+	defer f.gaugeMu.Unlock()
+	f.metrics.InFlight(lane, int(f.counters[lane+1].inFlight.Load()))
+}
+
+// reportLanesHeld reports the held-lanes gauge (ordered like reportInFlight).
+func (f *Forwarder) reportLanesHeld() {
+	f.gaugeMu.Lock()
+	defer f.gaugeMu.Unlock()
+	f.metrics.LanesHeld(f.heldCount())
+}
+
 // LaneSnapshot is the state of one lane (or of unordered rows, Lane == outbox.Unordered).
 type LaneSnapshot struct {
 	Lane int

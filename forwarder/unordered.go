@@ -21,6 +21,7 @@ type uBatch struct {
 	until   time.Time
 	open    int         // emitted rows not yet acked or nacked
 	waiting int         // claimed rows not emitted yet
+	lost    bool        // a renewal found no live claim: emit nothing more of it
 	acked   []outbox.ID // acked rows waiting for the coalesced delete
 	renewAt time.Time   // wall time of the next renewal attempt after an error
 }
@@ -81,7 +82,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	handle := func(r uResult) {
 		inFlight--
 		counters.inFlight.Add(-1)
-		f.metrics.InFlight(outbox.Unordered, int(counters.inFlight.Load()))
+		f.reportInFlight(outbox.Unordered)
 		b := r.batch
 		b.open--
 		if r.acked {
@@ -125,6 +126,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 				b.renewAt = time.Now().Add(cfg.PollInterval)
 			case n == 0:
 				f.logger.Info("Claims of unordered rows in flight expired; they may be sent twice", watermill.LogFields{"rows": b.open})
+				b.lost = true
 				b.until = until // nothing left to renew; stop trying
 				b.renewAt = until
 			default:
@@ -179,6 +181,12 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 						b.waiting = 0
 						break
 					}
+					if b.lost {
+						// The batch's claims expired while the consumer was slow: these
+						// rows are anyone's again; sending them here would duplicate.
+						b.waiting = 0
+						break
+					}
 					b.waiting--
 					msg, d, reason := f.prepare(&recs[i])
 					if reason != "" {
@@ -195,7 +203,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 					}
 					go f.watchUnordered(msg, d, b, results)
 				}
-				f.metrics.InFlight(outbox.Unordered, int(counters.inFlight.Load()))
+				f.reportInFlight(outbox.Unordered)
 				if b.open == 0 {
 					delete(batches, b.token)
 				}
