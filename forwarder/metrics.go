@@ -11,7 +11,8 @@ import (
 
 // Metrics receives the forwarder's counters and gauges. lane is outbox.Unordered for
 // unordered rows. Methods are called from the forwarder's goroutines and must not
-// block; package forwarder/prometheus implements it.
+// block; InFlight and LanesHeld calls are serialized, so the last value a gauge receives
+// is the current one. Package forwarder/prometheus implements it.
 type Metrics interface {
 	// MessageSent counts a message acked by the handler (its row is then deleted).
 	MessageSent(lane int)
