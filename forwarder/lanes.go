@@ -62,7 +62,7 @@ func (f *Forwarder) runLeases() {
 			lastRenew = time.Now()
 			nextRenew = lastRenew.Add(renewEvery)
 		}
-		f.leaseTick(holds, renew, nextRenew)
+		f.leaseTick(holds, renew, renewEvery/2)
 		if !sleep(max(min(tick, time.Until(nextRenew)), 0), f.stopping, nil) {
 			break
 		}
@@ -156,9 +156,10 @@ func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
 	}
 }
 
-// leaseTick runs one round of the lease manager; acquiring lanes stops at nextRenew so
-// that a round taking many lanes on a slow database never delays the renewals.
-func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, nextRenew time.Time) {
+// leaseTick runs one round of the lease manager. Acquiring lanes gets its own budget: at
+// least one lane per round, more while the acquisitions took less than budget, so that
+// taking many lanes on a slow database neither delays the renewals much nor starves.
+func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.Duration) {
 	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	f.reap(holds)
@@ -228,14 +229,16 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, nextRenew tim
 		}
 	}
 	start := index * lanes / k
-	for i := 0; i < lanes && need > 0 && time.Now().Before(nextRenew); i++ {
+	acquireStart, acquired := time.Now(), 0
+	for i := 0; i < lanes && need > 0 && (acquired == 0 || time.Since(acquireStart) < budget); i++ {
 		lane := (start + i) % lanes
 		if taken[lane] || holds[lane] != nil {
 			continue
 		}
 		token := outbox.NewToken()
-		until := now.Add(f.cfg.LeaseTTL)
-		ok, err := f.store.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: token, Now: now, Until: until})
+		at := f.now()
+		until := at.Add(f.cfg.LeaseTTL)
+		ok, err := f.store.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: token, Now: at, Until: until})
 		if err != nil {
 			f.logger.Error("Cannot acquire a lane lease", err, watermill.LogFields{"lane": lane})
 			return
@@ -247,6 +250,7 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, nextRenew tim
 			return
 		}
 		need--
+		acquired++
 	}
 }
 
@@ -555,12 +559,18 @@ func (f *Forwarder) runLane(h *laneHold) {
 			return
 		}
 		if ok {
-			// Deleted with the rest of the run (one statement): the next row goes out
-			// only after leaseLive confirmed the lease, so a worker that could have
-			// lost it sends nothing more, and the fenced delete refuses the rows of a
-			// lost lease.
-			acked = append(acked, q)
 			queue = queue[1:]
+			if cfg.BatchLaneDeletes {
+				// Deleted with the rest of the run (one statement); the next row goes
+				// out after leaseLive only (see Config.BatchLaneDeletes).
+				acked = append(acked, q)
+				continue
+			}
+			// The fenced delete is the store's word that this worker still owns the
+			// lane: the next row goes out only after it.
+			if !f.completeAcked(h, []queued{q}) {
+				return
+			}
 			continue
 		}
 		attempts := q.rec.Attempts + 1

@@ -32,6 +32,15 @@ func seqOf(t testing.TB, m *message.Message) (string, int) {
 
 // One forwarder: every message of every key arrives, in per-key order.
 func TestOrderedPerKeyOrder(t *testing.T) {
+	testOrderedPerKeyOrder(t, false)
+}
+
+// The same with one delete per claimed run.
+func TestOrderedPerKeyOrderBatchLaneDeletes(t *testing.T) {
+	testOrderedPerKeyOrder(t, true)
+}
+
+func testOrderedPerKeyOrder(t *testing.T, batchDeletes bool) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		rec := newRecorder()
 		const keys, per = 20, 25
@@ -43,7 +52,9 @@ func TestOrderedPerKeyOrder(t *testing.T) {
 			}
 		}
 		tb.insert(t, recs...)
-		_, _ = start(t, tb.store, Targets{"": rec}, fastConfig())
+		cfg := fastConfig()
+		cfg.BatchLaneDeletes = batchDeletes
+		_, _ = start(t, tb.store, Targets{"": rec}, cfg)
 		waitFor(t, 30*time.Second, "all messages", func() bool { return len(rec.got()) >= keys*per })
 		// At least once: a replay (a row resent after its lease was lost on a loaded
 		// machine) is a duplicate, not a violation; a gap is.
@@ -349,6 +360,9 @@ func TestLeaseLossStoreFencing(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		if n := tb.rows(t); n != 2 {
 			t.Fatalf("%d rows left: a forwarder completed rows of a lane it lost", n)
+		}
+		if got := rec.got(); len(got) != 1 {
+			t.Fatalf("the fenced forwarder sent %d messages, want only the one in flight", len(got))
 		}
 	})
 }
