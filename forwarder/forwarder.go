@@ -261,10 +261,12 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 	return f.out, nil
 }
 
-// Close stops claiming, waits up to ShutdownTimeout for the messages in flight (a lane
-// worker also sends the few head rows it already claimed), flushes their completions,
-// closes the subscription's channel, releases every lane lease and leaves the members
-// table, so that other forwarders take the lanes over at once. It is idempotent.
+// Close stops claiming, waits up to ShutdownTimeout for the messages in flight, flushes
+// their completions, gives back the claims of rows it claimed but did not send (a lane
+// worker's queued head rows, an unordered batch not yet emitted), closes the
+// subscription's channel, releases every lane lease and leaves the members table, so that
+// other forwarders take the rows and lanes over at once. The whole of Close is bounded by
+// ShutdownTimeout. It is idempotent.
 func (f *Forwarder) Close() error {
 	f.closeOnce.Do(func() {
 		f.mu.Lock()
