@@ -94,7 +94,8 @@ func publishSection(ctx context.Context, e *engine, cfg config, sec *section) er
 		"ours = publisher.Begin/Publish/Commit; watermill-sql = sql.NewPublisher on the *sql.Tx (DefaultSchema, schema created beforehand) "+
 		"wrapped in components/forwarder's envelope publisher, as Watermill's outbox is used; "+
 		"raw = one hand-written multi-row INSERT of the same outbox rows (headers encoded with headercodec). "+
-		"Ratios > 1 mean the first contender takes longer. Per run: "+fmt.Sprint(cfg.publishTx)+" transactions (N: count).")
+		"Times are the median transaction of a run; ratios the median of per-round ratios (the three contenders take turns, order rotating); "+
+		"> 1 means the first contender takes longer. Transactions per run (N:count): "+fmt.Sprint(cfg.publishTx)+".")
 	return nil
 }
 
