@@ -1,31 +1,3 @@
-// Command outboxctl operates watermill-outbox tables: deploy the schema, watch the
-// backlog, deal with parked (poison) rows, and see which forwarder holds which lane.
-//
-//	outboxctl schema print  -dialect mysql -prefix orders_          # the DDL, for a migration tool
-//	outboxctl schema apply  -dsn "$DSN" -prefix orders_             # run it (idempotent)
-//	outboxctl stats         -dsn "$DSN" -prefix orders_ [--json]    # backlog per lane, parked count
-//	outboxctl parked list   -dsn "$DSN" [-key K] [-limit N] [--json]
-//	outboxctl parked requeue -dsn "$DSN" (-id ID[,ID...] | -key K | -all)
-//	outboxctl parked purge   -dsn "$DSN" (-id ID[,ID...] | -key K | -all) --yes
-//	outboxctl leases        -dsn "$DSN" [--json]                    # lane leases and live forwarders
-//
-// Every command takes -dialect (mysql, postgres or sqlserver; guessed from the DSN when
-// omitted), -dsn (or the OUTBOX_DSN environment variable), -schema, -prefix and -lanes,
-// which must match what the application's writers and forwarders use. Passwords in DSNs
-// are never printed; message payloads are never printed at all.
-//
-// stats counts eligible rows: pending, due, and not claimed by a live forwarder. Rows
-// scheduled for later (outbox_deliver_at) and rows in flight are not in the backlog.
-//
-// --json prints one object: stats {table, dialect, lanes, now, eligible, parked,
-// oldest_age_seconds, max_lane, lane_mismatch, per_lane: [{lane (-1 = unordered), ordered,
-// eligible, oldest_eligible, oldest_age_seconds}]}; parked list [{id, message_uuid, lane,
-// ordering_key, transport, destination, message_type, tenant_id, attempts, last_error,
-// created_at, deliver_at, body_bytes}]; parked requeue/purge {action, rows}; leases {now,
-// members, held: {owner: lanes}, leases: [{lane, owner, token, expires_at, live}]}. Times
-// are RFC 3339 in UTC.
-//
-// Exit status: 0 success, 1 failure (database, missing table, ...), 2 usage error.
 package main
 
 import (
