@@ -81,8 +81,10 @@ type Store interface {
 	// Count returns the number of eligible rows across all lanes.
 	Count(ctx context.Context, now time.Time) (int64, error)
 
-	// Stats returns, per lane with pending rows (Unordered included), the eligible count
-	// and the oldest eligible row's DeliverAt, plus the parked count.
+	// Stats returns, per lane with eligible rows (Unordered included), the eligible count
+	// and the oldest eligible row's DeliverAt, plus the parked count. A store may also list
+	// a lane whose pending rows are not eligible, with a zero count; the eligible counts
+	// always add up to Count.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
 
 	// MaxLane returns the greatest lane value present in the table (pending or parked),
@@ -224,6 +226,6 @@ type LaneStats struct {
 
 // Stats is a backlog snapshot for metrics.
 type Stats struct {
-	Lanes  []LaneStats // ordered by lane, Unordered first; only lanes with eligible rows
+	Lanes  []LaneStats // ordered by lane, Unordered first (see Store.Stats)
 	Parked int64
 }
