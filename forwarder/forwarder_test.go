@@ -254,6 +254,32 @@ func TestRefusesTableWithLanesOutOfRange(t *testing.T) {
 	})
 }
 
+// A writer with a larger lane count that starts after the forwarder's startup check makes
+// Health fail with ErrLaneOutOfRange instead of its rows waiting unnoticed.
+func TestHealthReportsLanesOutOfRange(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		wide := tb.withLanes(t, 16)
+		narrowOpts := wide.opts
+		narrowOpts.Lanes = 8
+		narrow, err := wide.d.newStore(wide.db, narrowOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := New(narrow, Targets{"": newRecorder()}, fastConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Health(context.Background(), time.Hour); err != nil {
+			t.Fatalf("health of an empty table: %v", err)
+		}
+		wide.insert(t, wide.row("t", keyInLane(12, 16, 0), "x"))
+		err = f.Health(context.Background(), time.Hour)
+		if !errors.Is(err, outbox.ErrLaneOutOfRange) || !strings.Contains(err.Error(), "lane 12") {
+			t.Fatalf("health with a row in lane 12 of 8: %v", err)
+		}
+	})
+}
+
 // Several forwarders (tables) fit in one router under their handler names.
 func TestTwoForwardersOneRouter(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {

@@ -122,8 +122,10 @@ func (f *Forwarder) Stats() Snapshot {
 
 // Health reads the table's backlog now and fails, wrapping outbox.ErrUnhealthy, when the
 // oldest eligible row of any lane, or of unordered rows, has waited longer than maxAge.
-// It also fails when the forwarder is closed (outbox.ErrClosed) or the database cannot
-// be read.
+// It also fails when the forwarder is closed (outbox.ErrClosed), when the database cannot
+// be read, and, wrapping outbox.ErrLaneOutOfRange, when rows sit in lanes this forwarder's
+// lane count cannot own (a writer with another Lanes setting started after the
+// forwarder's startup check: those rows would never be sent).
 func (f *Forwarder) Health(ctx context.Context, maxAge time.Duration) error {
 	f.mu.Lock()
 	closed := f.closed
@@ -138,6 +140,9 @@ func (f *Forwarder) Health(ctx context.Context, maxAge time.Duration) error {
 	}
 	f.setStats(st, now)
 	var errs []error
+	if err := f.lanesOutOfRange(st); err != nil {
+		errs = append(errs, err)
+	}
 	for _, l := range st.Lanes {
 		if l.OldestEligible.IsZero() {
 			continue
@@ -152,6 +157,18 @@ func (f *Forwarder) Health(ctx context.Context, maxAge time.Duration) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lanesOutOfRange reports eligible rows in lanes >= Lanes, which no forwarder with this
+// configuration ever claims.
+func (f *Forwarder) lanesOutOfRange(st outbox.Stats) error {
+	for _, l := range st.Lanes {
+		if l.Lane >= f.opts.Lanes && l.Eligible > 0 {
+			return fmt.Errorf("%w: table %s holds %d eligible rows in lane %d but the forwarder has %d lanes (writers and forwarders must use equal Lanes)",
+				outbox.ErrLaneOutOfRange, f.opts.OutboxTable(), l.Eligible, l.Lane, f.opts.Lanes)
+		}
+	}
+	return nil
 }
 
 func (f *Forwarder) setStats(st outbox.Stats, now time.Time) {
@@ -173,6 +190,9 @@ func (f *Forwarder) runSampler() {
 			f.logger.Error("Cannot sample the outbox backlog", err, nil)
 		} else {
 			f.setStats(st, now)
+			if err := f.lanesOutOfRange(st); err != nil {
+				f.logger.Error("Rows in lanes this forwarder cannot own are not sent", err, nil)
+			}
 		}
 		if !sleep(f.cfg.StatsInterval, f.stopping, nil) {
 			return
