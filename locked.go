@@ -1,0 +1,38 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// BatchLocker is an optional capability of a Store: it claims unordered rows by holding
+// their row locks in an open transaction instead of writing a claim token, the way a
+// hand-written SKIP LOCKED loop drains a queue. It saves the claim UPDATE of every row,
+// at the price of one open transaction (and pooled connection) per batch while the batch
+// is being sent. Forwarders use it when configured to and when the store implements it.
+//
+// Rules, on top of the Store rules:
+//   - LockBatch takes up to limit eligible unordered rows in ID order, skipping rows
+//     another transaction holds (and rows with a live claim), and locks them until the
+//     batch is finished or rolled back. Two open batches never hold the same row, and
+//     Claim never returns a row an open batch holds.
+//   - A batch that is rolled back, or whose connection or process dies, leaves its rows
+//     exactly as they were: eligible again at once, attempts unchanged.
+type BatchLocker interface {
+	LockBatch(ctx context.Context, limit int, now time.Time) (LockedBatch, error)
+}
+
+// LockedBatch is an open transaction holding the locks of some unordered rows.
+// It is not safe for concurrent use.
+type LockedBatch interface {
+	// Records returns the locked rows in ID order (Record.Corrupt set as by Read).
+	Records() []Record
+	// Finish deletes the rows listed in done, records the failures (attempts+1, error
+	// text, DeliverAt moved to RetryAt when after the failure's Now, parked when Park is
+	// set; Token, Lane and Lease are ignored), and commits. Rows of the batch named in
+	// neither list are left unchanged. IDs outside the batch are ignored. A failed Finish
+	// rolls back: nothing of it happened.
+	Finish(ctx context.Context, done []ID, failed []FailParams) error
+	// Rollback releases the locks, changing nothing. It is safe after Finish.
+	Rollback() error
+}
