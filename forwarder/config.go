@@ -95,6 +95,20 @@ type Config struct {
 	// comes before the next row is sent.
 	BatchLaneDeletes bool
 
+	// UnorderedLocking claims unordered rows by holding their row locks in an open
+	// transaction (outbox.BatchLocker) instead of writing a claim token to every row:
+	// each claimer locks a batch, sends it, and deletes the sent rows and records the
+	// failures in the same transaction. It saves the claim UPDATE of every row (the
+	// hand-written SKIP LOCKED loop's cost), at these prices: each claimer holds one open
+	// transaction and one pooled connection while its batch is being sent (size the
+	// pool for Claimers more); the batch's slowest message holds the locks of the whole
+	// batch, and a batch not fully acked within ClaimTTL is rolled back (its acked rows
+	// are sent again: at-least-once). In exchange the rows of a process that dies are
+	// eligible again at once, without waiting for ClaimTTL. When the store does not
+	// implement outbox.BatchLocker the forwarder logs a warning and uses claim tokens.
+	// Off by default.
+	UnorderedLocking bool
+
 	// DisableOrdered and DisableUnordered turn off one kind of rows (for example to run
 	// ordered lanes in a dedicated process). Not both.
 	DisableOrdered   bool

@@ -237,9 +237,17 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 		// The window is split between the claimers; each claims while the others'
 		// claims are on the wire.
 		per := (f.cfg.InFlight + f.cfg.Claimers - 1) / f.cfg.Claimers
+		bl, locking := f.store.(outbox.BatchLocker)
+		if f.cfg.UnorderedLocking && !locking {
+			f.logger.Info("WARNING: UnorderedLocking is set but the store does not implement outbox.BatchLocker; claiming unordered rows with tokens", nil)
+		}
 		for i := range f.cfg.Claimers {
 			f.emitters.Add(1)
-			go f.runUnordered(f.unorderedWake[i], per)
+			if f.cfg.UnorderedLocking && locking {
+				go f.runLocked(bl, f.unorderedWake[i], per)
+			} else {
+				go f.runUnordered(f.unorderedWake[i], per)
+			}
 		}
 	}
 	if !f.cfg.DisableOrdered {

@@ -1,0 +1,282 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// lockingConfig is fastConfig with UnorderedLocking and unordered rows only.
+func lockingConfig() Config {
+	cfg := fastConfig()
+	cfg.UnorderedLocking = true
+	cfg.DisableOrdered = true
+	return cfg
+}
+
+func requireLocker(t *testing.T, tb *table) outbox.BatchLocker {
+	t.Helper()
+	bl, ok := tb.store.(outbox.BatchLocker)
+	if !ok {
+		t.Skipf("%s store does not implement outbox.BatchLocker", tb.d.name)
+	}
+	return bl
+}
+
+// With UnorderedLocking every unordered row arrives once, intact, with its row in the
+// context, and is deleted.
+func TestLockingForwardsUnorderedIntact(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		requireLocker(t, tb)
+		const n = 300
+		want := map[string]outbox.Record{}
+		var recs []outbox.Record
+		for i := range n {
+			r := tb.row("orders", "", strings.Repeat("x", i%7)+"payload")
+			recs = append(recs, r)
+			want[r.MessageUUID] = r
+		}
+		tb.insert(t, recs...)
+		rec := newRecorder()
+		cfg := lockingConfig()
+		cfg.ClaimBatch = 50
+		// One claimer: a batch whose Finish fails (a MariaDB deadlock between two
+		// claimers' transactions) is sent again, which TestLockingConcurrentClaimers allows.
+		cfg.Claimers = 1
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "rows sent and deleted", func() bool { return len(rec.got()) >= n && tb.rows(t) == 0 })
+		for _, p := range rec.got() {
+			r, ok := want[p.msg.UUID]
+			if !ok {
+				t.Fatalf("unexpected or duplicate message %s (%d published, %+v)", p.msg.UUID, len(rec.got()), p.row)
+			}
+			delete(want, p.msg.UUID)
+			if string(p.msg.Payload) != string(r.Body) || p.msg.Metadata.Get("body") != string(r.Body) {
+				t.Fatalf("message %s: payload %q metadata %v, want %q", p.msg.UUID, p.msg.Payload, p.msg.Metadata, r.Body)
+			}
+			if p.topic != "orders" || p.row.ID != r.ID || p.row.Lane != outbox.Unordered {
+				t.Fatalf("message %s: topic %q row %+v", p.msg.UUID, p.topic, p.row)
+			}
+		}
+		waitFor(t, 5*time.Second, "stats", func() bool { return f.Stats().Unordered.Sent == n })
+		if s := f.Stats().Unordered; s.InFlight != 0 || s.Failed != 0 {
+			t.Errorf("unordered stats %+v", s)
+		}
+	})
+}
+
+// A nacked row gets attempts+1 and its error, and is retried after the backoff, then
+// sent.
+func TestLockingNackRetriesAfterBackoff(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		requireLocker(t, tb)
+		r := tb.row("t", "", "flaky")
+		tb.insert(t, r)
+		rec := newRecorder()
+		var mu sync.Mutex
+		var tries []time.Time
+		rec.setFail(func(string, *message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			tries = append(tries, time.Now())
+			if len(tries) <= 2 {
+				return errors.New("broker down")
+			}
+			return nil
+		})
+		cfg := lockingConfig()
+		cfg.RetryBase = 300 * time.Millisecond
+		cfg.RetryMax = time.Second
+		cfg.RetryJitter = -1
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "row sent after two failures", func() bool { return len(rec.got()) == 1 && tb.rows(t) == 0 })
+		got := rec.got()[0]
+		if got.row.Attempts != 2 {
+			t.Errorf("sent with Row.Attempts %d, want 2", got.row.Attempts)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(tries) != 3 {
+			t.Fatalf("%d publish attempts, want 3", len(tries))
+		}
+		// Backoff after attempt 1 is RetryBase, after attempt 2 twice that (no jitter).
+		for i, min := range []time.Duration{cfg.RetryBase, 2 * cfg.RetryBase} {
+			if d := tries[i+1].Sub(tries[i]); d < min-50*time.Millisecond {
+				t.Errorf("retry %d after %s, want at least %s", i+1, d, min)
+			}
+		}
+		if s := f.Stats().Unordered; s.Sent != 1 || s.Failed != 2 || s.Parked != 0 {
+			t.Errorf("unordered stats %+v", s)
+		}
+	})
+}
+
+// A row nacked MaxAttempts times is parked with its last error; the others flow.
+func TestLockingMaxAttemptsParks(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		requireLocker(t, tb)
+		poison, good := tb.row("t", "", "poison"), tb.row("t", "", "good")
+		tb.insert(t, poison, good)
+		rec := newRecorder()
+		rec.setFail(func(_ string, m *message.Message) error {
+			if string(m.Payload) == "poison" {
+				return errors.New("poison pill")
+			}
+			return nil
+		})
+		cfg := lockingConfig()
+		cfg.MaxAttempts = 3
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "poison parked, good sent", func() bool {
+			return len(tb.parked(t)) == 1 && len(rec.got()) == 1 && tb.rows(t) == 1
+		})
+		p := tb.parked(t)[0]
+		if p.ID != poison.ID || p.Attempts != 3 || !strings.Contains(p.LastError, "poison pill") {
+			t.Errorf("parked %s attempts %d last_error %q", p.ID, p.Attempts, p.LastError)
+		}
+		if s := f.Stats().Unordered; s.Sent != 1 || s.Failed != 3 || s.Parked != 1 {
+			t.Errorf("unordered stats %+v", s)
+		}
+	})
+}
+
+// Rows that cannot be sent are parked with the reason in the batch's transaction.
+func TestLockingUnsendableRowsParked(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		requireLocker(t, tb)
+		good := tb.row("t", "", "good")
+		unknown := tb.row("t", "", "unknown")
+		unknown.Transport = "nope"
+		noDest := tb.row("", "", "nodest")
+		corrupt := tb.row("t", "", "corrupt")
+		tb.insert(t, good, unknown, noDest, corrupt)
+		tb.corruptHeaders(t, corrupt.ID)
+		rec := newRecorder()
+		f, _ := start(t, tb.store, Targets{"": rec}, lockingConfig())
+		waitFor(t, 20*time.Second, "good row sent and bad ones parked", func() bool {
+			return len(rec.got()) == 1 && len(tb.parked(t)) == 3 && tb.rows(t) == 3
+		})
+		reasons := map[outbox.ID]string{}
+		for _, p := range tb.parked(t) {
+			reasons[p.ID] = p.LastError
+		}
+		for id, want := range map[outbox.ID]string{unknown.ID: `unknown transport "nope"`, noDest.ID: "missing destination", corrupt.ID: "corrupt"} {
+			if !strings.Contains(reasons[id], want) {
+				t.Errorf("row %s parked with %q, want it to mention %q", id, reasons[id], want)
+			}
+		}
+		if s := f.Stats().Unordered; s.Parked != 3 || s.Sent != 1 {
+			t.Errorf("unordered stats %+v", s)
+		}
+	})
+}
+
+// A forwarder closed while its locked batch is still out (a message never acked) rolls
+// the batch back when ShutdownTimeout passes: its rows are eligible again at once, with
+// their attempts unchanged, not after ClaimTTL.
+func TestLockingShutdownReleasesOpenBatch(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		bl := requireLocker(t, tb)
+		const n = 5
+		var recs []outbox.Record
+		for i := range n {
+			recs = append(recs, tb.row("t", "", "r"+string(rune('0'+i))))
+		}
+		tb.insert(t, recs...)
+		cfg := lockingConfig()
+		cfg.Claimers = 1
+		cfg.ClaimTTL = time.Minute
+		cfg.ShutdownTimeout = time.Second
+		f, err := New(tb.store, Targets{"": newRecorder()}, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := f.Subscribe(context.Background(), "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held *message.Message
+		select {
+		case held = <-msgs:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no message")
+		}
+		closed := make(chan struct{})
+		go func() {
+			_ = f.Close()
+			close(closed)
+		}()
+		go func() {
+			for range msgs { // drain: nothing more should come
+			}
+		}()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatal("Close did not return")
+		}
+		held.Ack() // too late: the batch was rolled back
+		lb, err := bl.LockBatch(context.Background(), 2*n, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = lb.Rollback() }()
+		got := lb.Records()
+		if len(got) != n {
+			t.Fatalf("after Close %d rows lockable at once, want %d", len(got), n)
+		}
+		for _, r := range got {
+			if r.Attempts != 0 {
+				t.Errorf("row %s attempts %d after rollback, want 0", r.ID, r.Attempts)
+			}
+		}
+		if s := f.Stats().Unordered; s.InFlight != 0 || s.Sent != 0 {
+			t.Errorf("unordered stats %+v", s)
+		}
+	})
+}
+
+// Several claimers hold batches at once: every row arrives (at least once: a batch whose
+// Finish fails, for example on a deadlock, is rolled back and sent again) and every row
+// is deleted.
+func TestLockingConcurrentClaimers(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		requireLocker(t, tb)
+		const n = 400
+		want := map[string]bool{}
+		var recs []outbox.Record
+		for i := range n {
+			r := tb.row("t", "", "c"+strings.Repeat("y", i%5))
+			recs = append(recs, r)
+			want[r.MessageUUID] = true
+		}
+		tb.insert(t, recs...)
+		rec := newRecorder()
+		cfg := lockingConfig()
+		cfg.ClaimBatch = 25
+		cfg.Claimers = 4
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 30*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+		seen := map[string]int{}
+		for _, p := range rec.got() {
+			if !want[p.msg.UUID] {
+				t.Fatalf("unexpected message %s", p.msg.UUID)
+			}
+			seen[p.msg.UUID]++
+		}
+		if len(seen) != n {
+			t.Fatalf("%d distinct rows arrived, want %d", len(seen), n)
+		}
+		t.Logf("%d messages for %d rows (%d sent again after a failed Finish)", len(rec.got()), n, len(rec.got())-n)
+		if s := f.Stats().Unordered; s.InFlight != 0 {
+			t.Errorf("unordered stats %+v", s)
+		}
+	})
+}
