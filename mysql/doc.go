@@ -23,6 +23,10 @@
 // timeouts (1205) come back as *outbox.RetryableError; an operation InnoDB picked as a
 // deadlock victim first runs again by itself (DeadlockAttempts).
 //
+// The store also implements [outbox.BatchLocker]: LockBatch runs the unordered claim's
+// locking read in a READ COMMITTED transaction it keeps open, without the claim UPDATE;
+// the batch's Finish deletes and fails its rows in that transaction and commits.
+//
 // Insert writes multi-row INSERT statements inside the caller's transaction, chunked
 // under the server's max_allowed_packet (read once from the server: MariaDB's default
 // is 16 MiB while the driver assumes 64 MiB), under 4 MiB, and under the

@@ -20,6 +20,9 @@ type queries struct {
 	leaseShare       string // lease check that holds a shared lock until commit
 	setClaim         string // prefix of the claim UPDATE; the id list follows
 
+	lockedDelete string // prefix of a locked batch's DELETE; the id list follows
+	lockedFail   string // a locked batch's failure of one row (the row lock is held)
+
 	leaseLive string // "AND EXISTS (...)" fence for ordered mutations
 
 	renewUpdate, renewCount string // prefixes; optional id list and lease fence follow
@@ -85,6 +88,9 @@ func newQueries(n names) *queries {
 	q.fail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) `+
 		`WHERE id = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.lockedDelete = fmt.Sprintf(`DELETE FROM %s WHERE id IN (`, n.outbox)
+	q.lockedFail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, `+
+		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) WHERE id = ?`, n.outbox)
 	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'`, n.outbox)
 	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE status = 'parked'`, n.outbox)
 	q.insert = fmt.Sprintf(`INSERT INTO %s (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES `, n.outbox)

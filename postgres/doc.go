@@ -10,6 +10,11 @@
 // selection, so concurrent forwarders never block one another nor the writers; ordered
 // claims check the caller's lane lease in the same statement (fencing).
 //
+// The store also implements [outbox.BatchLocker]: LockBatch runs the unordered claim's
+// FOR UPDATE SKIP LOCKED selection in a READ COMMITTED transaction it keeps open, without
+// the claim UPDATE; the batch's Finish deletes and fails its rows in that transaction and
+// commits.
+//
 // Instants are timestamptz, bound and returned in UTC at microsecond precision whatever
 // the session TimeZone. Serialization failures (40001), deadlocks (40P01) and lock-not-
 // available errors (55P03) are returned as *outbox.RetryableError.

@@ -47,6 +47,10 @@ type queries struct {
 	claimUnordered           string
 	claimLane, claimLaneHold string
 
+	// A locked batch (BatchLocker): the unordered claim's locking read without the
+	// claim, and its delete and failure of rows whose locks it holds.
+	lockUnordered, lockedDelete, lockedFail string
+
 	// indexed by variant: bit 0 = with ids, bit 1 = fenced by a lane lease
 	renew   [4]string
 	release [4]string
@@ -117,6 +121,15 @@ func newQueries(n names) *queries {
 	q.claimUnordered = `WITH c AS (SELECT s.id FROM ` + t + ` AS s WHERE s.lane IS NULL AND ` + eligible("s", "$3") +
 		` ORDER BY s.id LIMIT $4 FOR UPDATE SKIP LOCKED) ` +
 		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 WHERE o.id = ANY(ARRAY(SELECT id FROM c)) RETURNING ` + prefixed("o")
+
+	// $1 now, $2 limit.
+	q.lockUnordered = `SELECT ` + selectColumns + ` FROM ` + t + ` AS s WHERE s.lane IS NULL AND ` + eligible("s", "$1") +
+		` ORDER BY s.id LIMIT $2 FOR UPDATE SKIP LOCKED`
+	q.lockedDelete = `DELETE FROM ` + t + ` WHERE id = ANY($1::bytea[])`
+	// $1 id, $2 error, $3 retry at (NULL keeps deliver_at), $4 park.
+	q.lockedFail = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, ` +
+		`deliver_at = COALESCE($3::timestamptz, deliver_at), status = CASE WHEN $4::boolean THEN 'parked' ELSE status END ` +
+		`WHERE id = $1`
 
 	q.claimLane = q.buildClaimLane(false)
 	q.claimLaneHold = q.buildClaimLane(true)

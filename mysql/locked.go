@@ -1,0 +1,147 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+var _ outbox.BatchLocker = (*Store)(nil)
+
+// LockBatch locks up to limit eligible unordered rows in an open READ COMMITTED
+// transaction (see outbox.BatchLocker). The rows stay locked, unchanged, until the batch
+// is finished or rolled back.
+func (s *Store) LockBatch(ctx context.Context, limit int, now time.Time) (outbox.LockedBatch, error) {
+	nowArg, err := timeArg(now)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: lock batch: now: %w", err)
+	}
+	if limit <= 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return &lockedBatch{}, nil
+	}
+	var (
+		tx   *sql.Tx
+		recs []outbox.Record
+	)
+	err = retryDeadlocks(ctx, func() error {
+		t, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		rows, err := queryB(ctx, t, s.q.claimUnordered, nowArg, nowArg, int64(limit))
+		if err == nil {
+			recs, err = scanRecords(rows, nil, limit)
+		}
+		if err != nil {
+			_ = t.Rollback()
+			return err
+		}
+		tx = t
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("lock batch", err)
+	}
+	if len(recs) == 0 {
+		// Nothing locked: do not hold a pooled connection for an empty batch.
+		if err := tx.Rollback(); err != nil {
+			return nil, wrapErr("lock batch", err)
+		}
+		return &lockedBatch{}, nil
+	}
+	return &lockedBatch{s: s, tx: tx, recs: recs}, nil
+}
+
+// lockedBatch is the open transaction of one LockBatch; tx is nil once it has ended (or
+// when it locked nothing).
+type lockedBatch struct {
+	s    *Store
+	tx   *sql.Tx
+	recs []outbox.Record
+}
+
+func (b *lockedBatch) Records() []outbox.Record { return b.recs }
+
+// Finish deletes done and records failed in the batch's transaction, then commits.
+func (b *lockedBatch) Finish(ctx context.Context, done []outbox.ID, failed []outbox.FailParams) error {
+	if b.tx == nil {
+		if b.s == nil {
+			return ctx.Err() // empty batch: nothing to do
+		}
+		return errors.New("mysql: finish batch: batch already ended")
+	}
+	tx := b.tx
+	b.tx = nil
+	if err := b.finish(ctx, tx, done, failed); err != nil {
+		_ = tx.Rollback()
+		return wrapErr("finish batch", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return wrapErr("finish batch", err)
+	}
+	return nil
+}
+
+func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, done []outbox.ID, failed []outbox.FailParams) error {
+	in := make(map[outbox.ID]struct{}, len(b.recs))
+	for i := range b.recs {
+		in[b.recs[i].ID] = struct{}{}
+	}
+	ids := make([]outbox.ID, 0, len(done))
+	for _, id := range done {
+		if _, ok := in[id]; ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 {
+		q := make([]byte, 0, len(b.s.q.lockedDelete)+len(ids)*36+1)
+		q = append(q, b.s.q.lockedDelete...)
+		q = appendIDList(q, ids)
+		q = append(q, ')')
+		if _, err := execB(ctx, tx, string(q)); err != nil {
+			return err
+		}
+	}
+	for i := range failed {
+		f := &failed[i]
+		if _, ok := in[f.ID]; !ok {
+			continue
+		}
+		var retry []byte // NULL keeps deliver_at
+		if f.RetryAt.After(f.Now) {
+			at, err := timeArg(f.RetryAt)
+			if err != nil {
+				return fmt.Errorf("row %s: RetryAt: %w", f.ID, err)
+			}
+			retry = []byte(at)
+		}
+		park := int64(0)
+		if f.Park {
+			park = 1
+		}
+		if _, err := execB(ctx, tx, b.s.q.lockedFail, errorText(f.Error), retry, park, f.ID[:]); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// Rollback releases the locks; it is a no-op once the batch has ended.
+func (b *lockedBatch) Rollback() error {
+	if b.tx == nil {
+		return nil
+	}
+	tx := b.tx
+	b.tx = nil
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return wrapErr("rollback batch", err)
+	}
+	return nil
+}

@@ -1,0 +1,275 @@
+package outboxtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// lockedBatchTests cover the optional outbox.BatchLocker capability; each skips when the
+// dialect's store does not implement it.
+func lockedBatchTests() []subtest {
+	return []subtest{
+		{"LocksEligibleInIDOrder", testLockedBatchEligible},
+		{"DisjointAndHiddenFromClaim", testLockedBatchDisjoint},
+		{"FinishDeletesAndFails", testLockedBatchFinish},
+		{"RollbackChangesNothing", testLockedBatchRollback},
+		{"CancelledContextChangesNothing", testLockedBatchCancelled},
+		{"Empty", testLockedBatchEmpty},
+	}
+}
+
+// locker returns the store as an outbox.BatchLocker, or skips the test.
+func (e *env) locker(t *testing.T) outbox.BatchLocker {
+	t.Helper()
+	bl, ok := e.store.(outbox.BatchLocker)
+	if !ok {
+		t.Skipf("%s store does not implement outbox.BatchLocker", e.h.Name)
+	}
+	return bl
+}
+
+// lockBatch locks up to limit rows at now, and rolls the batch back when the test ends.
+func (e *env) lockBatch(bl outbox.BatchLocker, ctx context.Context, limit int, now time.Time) outbox.LockedBatch {
+	e.t.Helper()
+	b, err := bl.LockBatch(ctx, limit, now)
+	if err != nil {
+		e.t.Fatalf("LockBatch(limit %d, now %s): %v", limit, fmtTime(now), err)
+	}
+	if n := len(b.Records()); n > limit {
+		e.t.Fatalf("LockBatch returned %d rows for limit %d", n, limit)
+	}
+	e.t.Cleanup(func() { _ = b.Rollback() })
+	return b
+}
+
+func rollback(t testing.TB, b outbox.LockedBatch) {
+	t.Helper()
+	if err := b.Rollback(); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+}
+
+// LockBatch takes eligible unordered rows in ID order up to the limit, never lane rows,
+// rows not due, parked rows or rows with a live claim; the records are the stored rows.
+func testLockedBatchEligible(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	claimed := NewRecord(at(0))
+	e.insert(claimed)
+	if _, c := e.claimUnordered(1, at(0), at(time.Hour)); len(c) != 1 {
+		t.Fatalf("claim = %d rows, want 1", len(c))
+	}
+	a, b := NewRecord(at(0)), NewRecord(at(0))
+	notDue := NewRecord(at(0))
+	notDue.DeliverAt = at(time.Hour)
+	parked := NewRecord(at(0))
+	lane := NewOrderedRecord(at(0), "key", testLanes)
+	c, d := NewRecord(at(0)), NewRecord(at(0))
+	e.insert(a, b, notDue, parked, lane, c, d)
+	e.park(parked.ID, "parked", at(0))
+
+	now := at(time.Second)
+	first := e.lockBatch(bl, e.ctx, 3, now)
+	sameIDs(t, "first batch (limit 3)", ids(first.Records()), idsOf(a, b, c))
+	for i, want := range []outbox.Record{a, b, c} {
+		checkRecord(t, "locked record", first.Records()[i], stored(want))
+		if first.Records()[i].Corrupt != nil {
+			t.Errorf("locked record %s: Corrupt = %v", want.ID, first.Records()[i].Corrupt)
+		}
+	}
+	rollback(t, first)
+	all := e.lockBatch(bl, e.ctx, 100, now)
+	sameIDs(t, "batch after rollback (limit 100)", ids(all.Records()), idsOf(a, b, c, d))
+	rollback(t, all)
+	// Once the claim expires and the row is due, they are eligible too.
+	late := e.lockBatch(bl, e.ctx, 100, at(2*time.Hour))
+	sameIDs(t, "batch after the claim expired and the row fell due", ids(late.Records()), idsOf(claimed, a, b, notDue, c, d))
+	rollback(t, late)
+}
+
+// Two open batches never hold the same row, and Claim never returns a row an open batch
+// holds; the rows come back to others once the batches end.
+func testLockedBatchDisjoint(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	var recs []outbox.Record
+	for range 5 {
+		recs = append(recs, NewRecord(at(0)))
+	}
+	e.insert(recs...)
+	now := at(time.Second)
+	first := e.lockBatch(bl, e.ctx, 2, now)
+	sameIDs(t, "first batch", ids(first.Records()), idsOf(recs[:2]...))
+	second := e.lockBatch(bl, e.ctx, 10, now)
+	sameIDs(t, "second batch while the first is open", ids(second.Records()), idsOf(recs[2:]...))
+	if _, got := e.claimUnordered(10, now, at(time.Minute)); len(got) != 0 {
+		t.Fatalf("Claim while both batches are open took %s", idList(ids(got)))
+	}
+	third := e.lockBatch(bl, e.ctx, 10, now)
+	if len(third.Records()) != 0 {
+		t.Fatalf("third batch took locked rows %s", idList(ids(third.Records())))
+	}
+	rollback(t, first)
+	_, got := e.claimUnordered(10, now, at(time.Minute))
+	sameIDs(t, "Claim after the first batch rolled back", ids(got), idsOf(recs[:2]...))
+	rollback(t, second)
+}
+
+// Finish deletes the done rows, records each failure (attempts+1, error text, RetryAt
+// when after Now, Park), ignores IDs outside the batch, leaves unlisted rows unchanged
+// and eligible, and commits.
+func testLockedBatchFinish(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	var recs []outbox.Record
+	for range 6 {
+		recs = append(recs, NewRecord(at(0)))
+	}
+	e.insert(recs[:5]...)
+	outside := recs[5] // inserted after the batch locked its rows
+	now := at(time.Second)
+	b := e.lockBatch(bl, e.ctx, 10, now)
+	sameIDs(t, "batch", ids(b.Records()), idsOf(recs[:5]...))
+	e.insert(outside)
+	fnow := at(2 * time.Second)
+	retry := at(5*time.Minute + 3*us)
+	msg := "boom: ünïcødé ✓ 'quoted' \"double\" `back`"
+	err := b.Finish(e.ctx, []outbox.ID{recs[0].ID, outside.ID}, []outbox.FailParams{
+		{ID: recs[1].ID, Now: fnow, Error: msg, Token: outbox.NewToken(), Lane: 3},
+		{ID: recs[2].ID, Now: fnow, Error: "later", RetryAt: retry},
+		{ID: recs[3].ID, Now: fnow, Error: "poison", Park: true},
+		{ID: outside.ID, Now: fnow, Error: "not in the batch", Park: true},
+	})
+	if err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	if n := e.rawCount(e.opts.OutboxTable()); n != 5 {
+		t.Fatalf("rows after Finish = %d, want 5 (one done row deleted)", n)
+	}
+	sameIDs(t, "eligible rows after Finish", e.readIDs(outbox.Unordered, fnow), idsOf(recs[1], recs[4], outside))
+	got := e.read(outbox.Unordered, outbox.ID{}, fnow, 10)
+	failed := stored(recs[1])
+	failed.Attempts, failed.LastError = 1, msg
+	checkRecord(t, "failed row", got[0], failed)
+	checkRecord(t, "row named in neither list", got[1], stored(recs[4]))
+	checkRecord(t, "row outside the batch", got[2], stored(outside))
+	e.expiresAt("row failed with RetryAt", outbox.Unordered, idsOf(recs[2]), retry)
+	delayed := stored(recs[2])
+	delayed.Attempts, delayed.LastError, delayed.DeliverAt = 1, "later", retry
+	for _, r := range e.read(outbox.Unordered, outbox.ID{}, retry, 10) {
+		if r.ID == recs[2].ID {
+			checkRecord(t, "row failed with RetryAt", r, delayed)
+		}
+	}
+	p := e.parked()
+	if len(p) != 1 {
+		t.Fatalf("ListParked = %d rows, want 1", len(p))
+	}
+	parked := stored(recs[3])
+	parked.Attempts, parked.LastError, parked.Status = 1, "poison", outbox.StatusParked
+	checkRecord(t, "parked row", p[0], parked)
+	if err := b.Rollback(); err != nil {
+		t.Fatalf("Rollback after Finish: %v", err)
+	}
+	// The finished batch's locks are gone: the remaining rows lock again at once.
+	again := e.lockBatch(bl, e.ctx, 10, fnow)
+	sameIDs(t, "batch after Finish", ids(again.Records()), idsOf(recs[1], recs[4], outside))
+	rollback(t, again)
+}
+
+// Rollback leaves the rows exactly as they were and eligible again at once; it is
+// idempotent.
+func testLockedBatchRollback(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	recs := []outbox.Record{NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0))}
+	e.insert(recs...)
+	now := at(time.Second)
+	b := e.lockBatch(bl, e.ctx, 10, now)
+	sameIDs(t, "batch", ids(b.Records()), idsOf(recs...))
+	rollback(t, b)
+	rollback(t, b)
+	again := e.lockBatch(bl, e.ctx, 10, now)
+	sameIDs(t, "batch after Rollback", ids(again.Records()), idsOf(recs...))
+	for i, r := range again.Records() {
+		checkRecord(t, "row after Rollback", r, stored(recs[i]))
+	}
+	rollback(t, again)
+	_, got := e.claimUnordered(10, now, at(time.Minute))
+	sameIDs(t, "Claim after Rollback", ids(got), idsOf(recs...))
+}
+
+// Finish fails and changes nothing when the batch's context was cancelled, or when its
+// own context is.
+func testLockedBatchCancelled(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	recs := []outbox.Record{NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0))}
+	e.insert(recs...)
+	now := at(time.Second)
+	fail := []outbox.FailParams{{ID: recs[1].ID, Now: now, Error: "x", Park: true}}
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	b := e.lockBatch(bl, ctx, 2, now)
+	sameIDs(t, "batch", ids(b.Records()), idsOf(recs[:2]...))
+	cancel()
+	if err := b.Finish(e.ctx, idsOf(recs[0]), fail); err == nil {
+		t.Fatalf("Finish after the batch's context was cancelled = nil, want an error")
+	}
+	if err := b.Rollback(); err != nil {
+		t.Fatalf("Rollback after a failed Finish: %v", err)
+	}
+
+	// The first batch's rows may or may not be free yet (the server rolls a cancelled
+	// transaction back on its own time): this batch finishes whatever two rows it got.
+	b2 := e.lockBatch(bl, e.ctx, 2, now)
+	got2 := b2.Records()
+	if len(got2) != 2 {
+		t.Fatalf("second batch = %d rows, want 2", len(got2))
+	}
+	cctx, ccancel := context.WithCancel(e.ctx)
+	ccancel()
+	if err := b2.Finish(cctx, idsOf(got2[0]), []outbox.FailParams{{ID: got2[1].ID, Now: now, Error: "y", Park: true}}); err == nil {
+		t.Fatalf("Finish with a cancelled context = nil, want an error")
+	}
+	rollback(t, b2)
+
+	// Read does not lock: the rows are all there, unchanged, whether or not the server
+	// has finished rolling back the cancelled transactions.
+	if n := e.rawCount(e.opts.OutboxTable()); n != int64(len(recs)) {
+		t.Fatalf("rows after the failed Finishes = %d, want %d", n, len(recs))
+	}
+	got := e.read(outbox.Unordered, outbox.ID{}, now, 10)
+	sameIDs(t, "eligible rows after the failed Finishes", ids(got), idsOf(recs...))
+	for i, r := range got {
+		checkRecord(t, "row after the failed Finishes", r, stored(recs[i]))
+	}
+}
+
+// A batch with nothing eligible is empty; Finish and Rollback succeed.
+func testLockedBatchEmpty(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	b := e.lockBatch(bl, e.ctx, 10, at(0))
+	if len(b.Records()) != 0 {
+		t.Fatalf("batch over an empty table = %d rows", len(b.Records()))
+	}
+	if err := b.Finish(e.ctx, []outbox.ID{outbox.NewID()}, nil); err != nil {
+		t.Fatalf("Finish of an empty batch: %v", err)
+	}
+	rollback(t, b)
+	notDue := NewRecord(at(0))
+	notDue.DeliverAt = at(time.Hour)
+	e.insert(notDue)
+	b = e.lockBatch(bl, e.ctx, 10, at(time.Second))
+	if len(b.Records()) != 0 {
+		t.Fatalf("batch with only a row not due = %d rows", len(b.Records()))
+	}
+	rollback(t, b)
+	if err := b.Finish(e.ctx, nil, nil); err != nil {
+		t.Fatalf("Finish of an empty batch after Rollback: %v", err)
+	}
+}
