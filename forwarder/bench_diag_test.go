@@ -102,3 +102,37 @@ func (s *timedStore) String() string {
 	}
 	return b.String()
 }
+
+// lockingTimedStore is a timedStore that also times the BatchLocker calls of a store
+// that implements it (only built for UnorderedLocking drains, so that the others see a
+// store without the capability exactly as before).
+type lockingTimedStore struct {
+	*timedStore
+	bl outbox.BatchLocker
+}
+
+func (s lockingTimedStore) LockBatch(ctx context.Context, limit int, now time.Time) (outbox.LockedBatch, error) {
+	start := time.Now()
+	lb, err := s.bl.LockBatch(ctx, limit, now)
+	if err != nil {
+		return nil, err
+	}
+	s.note("LockBatch", start, len(lb.Records()))
+	return timedBatch{LockedBatch: lb, s: s.timedStore}, nil
+}
+
+type timedBatch struct {
+	outbox.LockedBatch
+	s *timedStore
+}
+
+func (b timedBatch) Finish(ctx context.Context, done []outbox.ID, failed []outbox.FailParams) error {
+	start := time.Now()
+	err := b.LockedBatch.Finish(ctx, done, failed)
+	if err != nil {
+		b.s.note("Finish(error)", start, len(done))
+		return err
+	}
+	b.s.note("Finish", start, len(done))
+	return nil
+}

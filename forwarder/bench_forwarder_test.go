@@ -234,7 +234,11 @@ func forwarderDrain(tb testing.TB, e engine, db *sql.DB, store outbox.Store, cfg
 		}
 	}()
 	timed := newTimedStore(store)
-	fwd, err := forwarder.New(timed, forwarder.Targets{"": pub}, cfg, nil)
+	var wrapped outbox.Store = timed
+	if bl, ok := store.(outbox.BatchLocker); ok && cfg.UnorderedLocking {
+		wrapped = lockingTimedStore{timedStore: timed, bl: bl}
+	}
+	fwd, err := forwarder.New(wrapped, forwarder.Targets{"": pub}, cfg, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -277,15 +281,16 @@ func rss() uint64 {
 }
 
 // BenchmarkDrain: a backlog of unordered rows drained into a no-op publisher by the
-// forwarder (default Config, and a larger claim/in-flight window) against the
-// hand-written SKIP LOCKED claim + batch delete loop on the same database. Reports
-// rows/s of each, their ratio (goal >= 0.8), allocations and bytes per forwarded message.
+// forwarder (default Config, a larger claim/in-flight window, and UnorderedLocking)
+// against the hand-written SKIP LOCKED claim + batch delete loop on the same database.
+// Reports rows/s of each, their ratios (goal >= 0.8), allocations and bytes per
+// forwarded message (of the default Config).
 func BenchmarkDrain(b *testing.B) {
 	n := benchRows()
 	for _, e := range engines {
 		b.Run(e.name, func(b *testing.B) {
 			db, _ := e.open(b)
-			var base, def, big, ratio, ratio500, allocs, bytes []float64
+			var base, def, big, locked, ratio, ratio500, ratioLocked, allocs, bytes []float64
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < benchRounds(); r++ {
 					fresh := func() (*chaos.NopPublisher, outbox.Store) {
@@ -311,6 +316,10 @@ func BenchmarkDrain(b *testing.B) {
 							nop, st := fresh()
 							big = append(big, forwarderDrain(b, e, db, st, forwarder.Config{ClaimBatch: 500, InFlight: 2000}, nop, nop.Count, n).rate)
 						},
+						func() {
+							nop, st := fresh()
+							locked = append(locked, forwarderDrain(b, e, db, st, forwarder.Config{UnorderedLocking: true}, nop, nop.Count, n).rate)
+						},
 					}
 					if r%2 == 1 {
 						slices.Reverse(runs)
@@ -320,6 +329,7 @@ func BenchmarkDrain(b *testing.B) {
 					}
 					ratio = append(ratio, def[len(def)-1]/base[len(base)-1])
 					ratio500 = append(ratio500, big[len(big)-1]/base[len(base)-1])
+					ratioLocked = append(ratioLocked, locked[len(locked)-1]/base[len(base)-1])
 				}
 			}
 			b.ReportMetric(median(base), "baseline_rows/s")
@@ -327,10 +337,13 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(median(ratio), "ratio")
 			b.ReportMetric(median(big), "fwd500_rows/s")
 			b.ReportMetric(median(ratio500), "ratio500")
+			b.ReportMetric(median(locked), "fwdlocked_rows/s")
+			b.ReportMetric(median(ratioLocked), "ratio_locked")
 			b.ReportMetric(median(allocs), "allocs/msg")
 			b.ReportMetric(median(bytes), "B/msg")
 			b.ReportMetric(0, "ns/op")
-			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v rows/s", e.name, rounded(base), rounded(def), rounded(big))
+			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v, forwarder UnorderedLocking %v rows/s",
+				e.name, rounded(base), rounded(def), rounded(big), rounded(locked))
 		})
 	}
 }
