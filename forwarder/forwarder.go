@@ -239,7 +239,8 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 		per := (f.cfg.InFlight + f.cfg.Claimers - 1) / f.cfg.Claimers
 		bl, locking := f.store.(outbox.BatchLocker)
 		if f.cfg.UnorderedLocking && !locking {
-			f.logger.Info("WARNING: UnorderedLocking is set but the store does not implement outbox.BatchLocker; claiming unordered rows with tokens", nil)
+			f.logger.Error("UnorderedLocking ignored: claiming unordered rows with tokens",
+				fmt.Errorf("store %T does not implement outbox.BatchLocker", f.store), nil)
 		}
 		for i := range f.cfg.Claimers {
 			f.emitters.Add(1)

@@ -280,3 +280,25 @@ func TestLockingConcurrentClaimers(t *testing.T) {
 		}
 	})
 }
+
+// hiddenLocker hides the BatchLocker capability of the store it wraps.
+type hiddenLocker struct{ outbox.Store }
+
+// A store without outbox.BatchLocker: UnorderedLocking falls back to claim tokens and
+// the rows still flow.
+func TestLockingFallsBackWithoutBatchLocker(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		st := hiddenLocker{tb.store}
+		if _, ok := outbox.Store(st).(outbox.BatchLocker); ok {
+			t.Fatal("wrapper still implements BatchLocker")
+		}
+		recs := []outbox.Record{tb.row("t", "", "a"), tb.row("t", "", "b")}
+		tb.insert(t, recs...)
+		rec := newRecorder()
+		f, _ := start(t, st, Targets{"": rec}, lockingConfig())
+		waitFor(t, 20*time.Second, "rows sent and deleted", func() bool { return len(rec.got()) == 2 && tb.rows(t) == 0 })
+		if s := f.Stats().Unordered; s.Sent != 2 {
+			t.Errorf("unordered stats %+v", s)
+		}
+	})
+}
