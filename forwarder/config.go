@@ -105,7 +105,7 @@ type Config struct {
 	// batch, and a batch not fully acked within ClaimTTL is rolled back (its acked rows
 	// are sent again: at-least-once). In exchange the rows of a process that dies are
 	// eligible again at once, without waiting for ClaimTTL. When the store does not
-	// implement outbox.BatchLocker the forwarder logs a warning and uses claim tokens.
+	// implement outbox.BatchLocker the forwarder logs an error and uses claim tokens.
 	// Off by default.
 	UnorderedLocking bool
 
