@@ -12,14 +12,21 @@ import (
 // is being sent. Forwarders use it when configured to and when the store implements it.
 //
 // Rules, on top of the Store rules:
-//   - LockBatch takes up to limit eligible unordered rows in ID order, skipping rows
-//     another transaction holds (and rows with a live claim), and locks them until the
-//     batch is finished or rolled back. Two open batches never hold the same row, and
+//   - LockBatch takes up to p.Limit eligible unordered rows with IDs above p.After in
+//     ID order, skipping rows another transaction holds (and rows with a live claim),
+//     and locks them until the batch is finished or rolled back. Two open batches never hold the same row, and
 //     Claim never returns a row an open batch holds.
 //   - A batch that is rolled back, or whose connection or process dies, leaves its rows
 //     exactly as they were: eligible again at once, attempts unchanged.
 type BatchLocker interface {
-	LockBatch(ctx context.Context, limit int, now time.Time) (LockedBatch, error)
+	LockBatch(ctx context.Context, p LockParams) (LockedBatch, error)
+}
+
+// LockParams parameterises BatchLocker.LockBatch.
+type LockParams struct {
+	Limit int       // at most this many rows; below 1 locks nothing
+	Now   time.Time // eligibility instant (due, no live claim)
+	After ID        // exclusive ID cursor, as ClaimParams.After; zero locks from the start
 }
 
 // LockedBatch is an open transaction holding the locks of some unordered rows.

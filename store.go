@@ -138,6 +138,15 @@ type ClaimParams struct {
 	Token Token     // fresh, non-zero
 	Lease Token     // the caller's live lease on Lane; required when Lane != Unordered
 
+	// After (unordered only) is an exclusive ID cursor: only rows with a greater ID are
+	// claimed; the zero ID claims from the start. A claimer walking a large backlog passes
+	// the last ID of its previous full batch, so that the database does not step again
+	// over the rows it has just claimed or deleted (MariaDB's locking reads crawl over
+	// deleted rows not purged yet); rows behind the cursor (retries, late commits,
+	// expired claims) are found by its next claim from the start. A non-zero After with
+	// a lane is an error: a lane is always read from its head.
+	After ID
+
 	// HoldParkedKeys (ordered only): a row whose ordering key has a parked row with a
 	// smaller ID in the same lane is held; it neither is claimed nor holds the lane, so
 	// other keys of the lane flow on ("park the key").

@@ -111,9 +111,9 @@ type lockingTimedStore struct {
 	bl outbox.BatchLocker
 }
 
-func (s lockingTimedStore) LockBatch(ctx context.Context, limit int, now time.Time) (outbox.LockedBatch, error) {
+func (s lockingTimedStore) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
 	start := time.Now()
-	lb, err := s.bl.LockBatch(ctx, limit, now)
+	lb, err := s.bl.LockBatch(ctx, p)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -15,20 +16,62 @@ type lResult struct {
 	acked bool
 }
 
-// runLocked is an unordered claim loop of UnorderedLocking: it locks a batch, emits its
-// rows, waits for all their outcomes and finishes the batch in one transaction. It holds
-// at most one batch (and one connection) at a time.
+// openBatch is a locked batch whose rows have been emitted and whose outcomes are
+// awaited; settle finishes it.
+type openBatch struct {
+	lb       outbox.LockedBatch
+	rows     int
+	open     int // emitted rows whose outcome has not arrived
+	results  chan lResult
+	failed   []outbox.FailParams // rows parked before they were emitted
+	deadline time.Time
+}
+
+// runLocked is an unordered claim loop of UnorderedLocking. It locks a batch, emits its
+// rows and, while their outcomes are awaited, locks and emits the next one: up to
+// window/ClaimBatch batches (each an open transaction on its own pooled connection) are
+// open at once, so the database works on one batch while the router sends another. Each
+// batch is finished in its own transaction once all its rows are acked or nacked.
 func (f *Forwarder) runLocked(bl outbox.BatchLocker, wakeCh <-chan struct{}, window int) {
-	defer f.emitters.Done()
 	cfg := &f.cfg
+	limit := min(cfg.ClaimBatch, window)
+	slots := make(chan struct{}, max(window/limit, 1))
+	var settling sync.WaitGroup
+	defer func() {
+		settling.Wait()
+		f.emitters.Done()
+	}()
 	idle, errDelay := cfg.PollInterval, cfg.PollInterval
+	var cur cursor
 	for {
 		if f.isStopping() {
 			return
 		}
-		n, err := f.lockedBatch(bl, min(cfg.ClaimBatch, window))
+		select {
+		case slots <- struct{}{}:
+		case <-f.stopping:
+			return
+		}
+		after := cur.next(cfg.PollInterval)
+		ob, n, last, err := f.lockAndEmit(bl, limit, after)
+		if ob != nil {
+			settling.Add(1)
+			go func() {
+				defer settling.Done()
+				defer func() { <-slots }()
+				if err := f.settle(ob); err != nil {
+					f.logger.Error("Finishing a locked batch of unordered rows failed (its rows are released by the rollback and sent again)", err,
+						watermill.LogFields{"rows": ob.rows})
+				}
+			}()
+		} else {
+			<-slots
+		}
+		cur.advance(n == limit, last)
 		var delay time.Duration
 		switch {
+		case err == nil && n < limit && !after.IsZero():
+			continue // the rest of the backlog may sit behind the cursor: sweep at once
 		case err != nil:
 			f.logger.Error("Locked batch of unordered rows failed; backing off (its rows are released by the rollback)", err,
 				watermill.LogFields{"retry_in": errDelay})
@@ -40,7 +83,7 @@ func (f *Forwarder) runLocked(bl outbox.BatchLocker, wakeCh <-chan struct{}, win
 			idle = min(2*idle, cfg.MaxPollInterval)
 		default:
 			errDelay, idle = cfg.PollInterval, cfg.PollInterval
-			if n == min(cfg.ClaimBatch, window) {
+			if n == limit {
 				continue // more may be waiting
 			}
 			delay = cfg.PollInterval
@@ -58,71 +101,83 @@ func (f *Forwarder) runLocked(bl outbox.BatchLocker, wakeCh <-chan struct{}, win
 	}
 }
 
-// lockedBatch runs one locked batch and returns the number of rows it locked.
-func (f *Forwarder) lockedBatch(bl outbox.BatchLocker, limit int) (int, error) {
+// lockAndEmit locks up to limit rows after the cursor and emits them. It returns the
+// batch to settle (nil when nothing is left to finish), the number of rows it locked and
+// the last one's ID.
+func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, limit int, after outbox.ID) (*openBatch, int, outbox.ID, error) {
 	cfg := &f.cfg
 	ctx := f.hardCtx
-	lb, err := bl.LockBatch(ctx, limit, f.now())
+	lb, err := bl.LockBatch(ctx, outbox.LockParams{Limit: limit, Now: f.now(), After: after})
 	if err != nil {
-		return 0, err
+		return nil, 0, outbox.ID{}, err
 	}
 	recs := lb.Records()
 	if len(recs) == 0 {
 		if err := lb.Rollback(); err != nil {
 			f.logger.Debug("Rollback of an empty locked batch failed", watermill.LogFields{"error": err.Error()})
 		}
-		return 0, nil
+		return nil, 0, outbox.ID{}, nil
 	}
+	last := recs[len(recs)-1].ID
 	// The batch's slowest message holds every lock of the batch: ClaimTTL bounds it.
-	deadline := time.Now().Add(cfg.ClaimTTL)
+	ob := &openBatch{lb: lb, rows: len(recs), deadline: time.Now().Add(cfg.ClaimTTL),
+		results: make(chan lResult, len(recs))} // never blocks: one watcher per row
 	counters := &f.counters[0]
-	results := make(chan lResult, len(recs)) // never blocks: one watcher per row
-	var failed []outbox.FailParams
-	open := 0
-	rollback := func(why string) {
-		if open > 0 {
-			counters.inFlight.Add(int64(-open))
-			f.reportInFlight(outbox.Unordered)
-		}
-		if err := lb.Rollback(); err != nil {
-			f.logger.Error("Rollback of a locked batch failed (the connection's end releases the locks)", err, nil)
-		}
-		f.logger.Info(why, watermill.LogFields{"rows": len(recs)})
-	}
 	for i := range recs {
-		if f.isStopping() || time.Now().After(deadline) {
+		if f.isStopping() || time.Now().After(ob.deadline) {
 			break // rows not emitted stay unchanged: the commit releases them
 		}
 		msg, d, reason := f.prepare(&recs[i])
 		if reason != "" {
 			f.logger.Error("Parking a row that cannot be sent", nil, watermill.LogFields{"row_id": recs[i].ID.String(), "reason": reason})
-			failed = append(failed, outbox.FailParams{ID: recs[i].ID, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered})
+			ob.failed = append(ob.failed, outbox.FailParams{ID: recs[i].ID, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered})
 			f.countFailure(outbox.Unordered, true)
 			continue
 		}
-		open++
+		ob.open++
 		counters.inFlight.Add(1)
-		f.reportInFlight(outbox.Unordered)
 		if !f.emit(ctx, msg, cfg.ClaimTTL, func() {}) {
-			open-- // never handed over
+			ob.open-- // never handed over
 			counters.inFlight.Add(-1)
-			rollback("Shutdown timeout: locked batch rolled back; its rows are eligible again")
-			return len(recs), nil
+			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its rows are eligible again")
+			return nil, len(recs), last, nil
 		}
 		go func() {
 			if acked, ok := f.watch(msg); ok {
-				results <- lResult{d: d, acked: acked}
+				ob.results <- lResult{d: d, acked: acked}
 			}
 		}()
 	}
+	f.reportInFlight(outbox.Unordered)
+	return ob, len(recs), last, nil
+}
 
-	var done []outbox.ID
-	timer := time.NewTimer(time.Until(deadline))
+// rollbackBatch gives up a batch: its rows become eligible again unchanged.
+func (f *Forwarder) rollbackBatch(ob *openBatch, why string) {
+	if ob.open > 0 {
+		f.counters[0].inFlight.Add(int64(-ob.open))
+		f.reportInFlight(outbox.Unordered)
+		ob.open = 0
+	}
+	if err := ob.lb.Rollback(); err != nil {
+		f.logger.Error("Rollback of a locked batch failed (the connection's end releases the locks)", err, nil)
+	}
+	f.logger.Info(why, watermill.LogFields{"rows": ob.rows})
+}
+
+// settle waits for the outcomes of a batch's emitted rows, then deletes the acked rows
+// and records the failures in the batch's transaction.
+func (f *Forwarder) settle(ob *openBatch) error {
+	cfg := &f.cfg
+	counters := &f.counters[0]
+	done := make([]outbox.ID, 0, ob.open)
+	failed := ob.failed
+	timer := time.NewTimer(time.Until(ob.deadline))
 	defer timer.Stop()
-	for open > 0 {
+	for ob.open > 0 {
 		select {
-		case r := <-results:
-			open--
+		case r := <-ob.results:
+			ob.open--
 			counters.inFlight.Add(-1)
 			f.reportInFlight(outbox.Unordered)
 			if r.acked {
@@ -144,18 +199,46 @@ func (f *Forwarder) lockedBatch(bl outbox.BatchLocker, limit int) (int, error) {
 					"row_id": r.d.row.ID.String(), "attempts": attempts, "last_error": r.d.failure()})
 			}
 		case <-timer.C:
-			rollback("Locked batch not acked within ClaimTTL: rolled back; its acked rows may be sent again")
-			return len(recs), nil
+			f.rollbackBatch(ob, "Locked batch not acked within ClaimTTL: rolled back; its acked rows may be sent again")
+			return nil
 		case <-f.abandon:
-			rollback("Shutdown timeout: locked batch rolled back; its acked rows may be sent again")
-			return len(recs), nil
+			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its acked rows may be sent again")
+			return nil
 		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, cfg.ClaimTTL)
+	fctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL)
 	defer cancel()
-	if err := lb.Finish(fctx, done, failed); err != nil {
-		_ = lb.Rollback()
-		return len(recs), err
+	if err := ob.lb.Finish(fctx, done, failed); err != nil {
+		_ = ob.lb.Rollback()
+		return err
 	}
-	return len(recs), nil
+	return nil
+}
+
+// cursor walks an unordered backlog: after a full batch the next claim starts past its
+// last row, so the database does not step again over rows just claimed or deleted; at
+// least every sweep interval, and after a batch that was not full, a claim starts from
+// the beginning, which finds rows behind the cursor (retries coming due, late commits of
+// lower IDs, expired claims).
+type cursor struct {
+	after   outbox.ID
+	sweepAt time.Time // wall time of the next claim from the beginning
+}
+
+// next returns the cursor for the next claim.
+func (c *cursor) next(sweep time.Duration) outbox.ID {
+	if now := time.Now(); !now.Before(c.sweepAt) {
+		c.after = outbox.ID{}
+		c.sweepAt = now.Add(sweep)
+	}
+	return c.after
+}
+
+// advance moves the cursor past a full batch ending at last, or back to the start.
+func (c *cursor) advance(full bool, last outbox.ID) {
+	if full {
+		c.after = last
+	} else {
+		c.after = outbox.ID{}
+	}
 }

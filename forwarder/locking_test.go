@@ -223,7 +223,7 @@ func TestLockingShutdownReleasesOpenBatch(t *testing.T) {
 			t.Fatal("Close did not return")
 		}
 		held.Ack() // too late: the batch was rolled back
-		lb, err := bl.LockBatch(context.Background(), 2*n, time.Now())
+		lb, err := bl.LockBatch(context.Background(), outbox.LockParams{Limit: 2 * n, Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}

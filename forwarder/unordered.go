@@ -58,6 +58,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 		errDelay   = cfg.PollInterval
 		stopping   = f.stopping
 		isStopping bool
+		cur        cursor
 	)
 	counters := &f.counters[0]
 	minClaim := max(min(cfg.ClaimBatch, window)/4, 1)
@@ -151,10 +152,19 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 			n := min(cfg.ClaimBatch, window-inFlight)
 			now := f.now()
 			b := &uBatch{token: outbox.NewToken(), until: now.Add(cfg.ClaimTTL)}
+			after := cur.next(cfg.PollInterval)
 			recs, err := f.store.Claim(ctx, outbox.ClaimParams{
-				Lane: outbox.Unordered, Limit: n, Now: now, Until: b.until, Token: b.token,
+				Lane: outbox.Unordered, Limit: n, Now: now, Until: b.until, Token: b.token, After: after,
 			}, dst)
+			if err == nil && len(recs) > 0 {
+				cur.advance(len(recs) == n, recs[len(recs)-1].ID)
+			} else {
+				cur.advance(false, outbox.ID{})
+			}
 			switch {
+			case err == nil && len(recs) == 0 && !after.IsZero():
+				dst = recs
+				continue // the rest of the backlog may sit behind the cursor: sweep at once
 			case err != nil:
 				f.logger.Error("Cannot claim unordered rows; backing off", err, watermill.LogFields{"retry_in": errDelay})
 				nextClaim = time.Now().Add(errDelay)
@@ -167,8 +177,8 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 			default:
 				dst = recs
 				errDelay, idle = cfg.PollInterval, cfg.PollInterval
-				if len(recs) == n {
-					nextClaim = time.Time{} // more may be waiting
+				if len(recs) == n || !after.IsZero() {
+					nextClaim = time.Time{} // more may be waiting (ahead of or behind the cursor)
 				} else {
 					nextClaim = time.Now().Add(cfg.PollInterval)
 				}

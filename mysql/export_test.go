@@ -23,9 +23,9 @@ func HotStatements(s *Store, lane int, now time.Time, limit int) map[string]stri
 		"head of lane":            bind(s.q.readLane, int64(lane), zero[:], at, at, int64(limit)),
 		"unordered due":           bind(s.q.readUnordered, zero[:], at, at, int64(limit)),
 		"claim head of lane":      bind(s.q.claimLaneLocked, int64(lane), zero[:], int64(limit)),
-		"claim unordered":         bind(s.q.claimUnordered, at, at, int64(limit)),
+		"claim unordered":         bind(s.q.claimUnordered, zero[:], at, at, int64(limit)),
 		"idle check of lane":      bind(s.q.laneHead, int64(lane)),
-		"idle check of unordered": bind(s.q.anyUnordered, at, at),
+		"idle check of unordered": bind(s.q.anyUnordered, zero[:], at, at),
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
+	"strconv"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 )
@@ -15,8 +15,9 @@ var _ outbox.BatchLocker = (*Store)(nil)
 // LockBatch locks up to limit eligible unordered rows in an open READ COMMITTED
 // transaction (see outbox.BatchLocker). The rows stay locked, unchanged, until the batch
 // is finished or rolled back.
-func (s *Store) LockBatch(ctx context.Context, limit int, now time.Time) (outbox.LockedBatch, error) {
-	nowArg, err := timeArg(now)
+func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
+	limit := p.Limit
+	nowArg, err := timeArg(p.Now)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: lock batch: now: %w", err)
 	}
@@ -35,7 +36,7 @@ func (s *Store) LockBatch(ctx context.Context, limit int, now time.Time) (outbox
 		if err != nil {
 			return err
 		}
-		rows, err := queryB(ctx, t, s.q.claimUnordered, nowArg, nowArg, int64(limit))
+		rows, err := queryB(ctx, t, s.q.claimUnordered, p.After[:], nowArg, nowArg, int64(limit))
 		if err == nil {
 			recs, err = scanRecords(rows, nil, limit)
 		}
@@ -104,7 +105,10 @@ func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, done []outbox.ID, 
 		q := make([]byte, 0, len(b.s.q.lockedDelete)+len(ids)*36+1)
 		q = append(q, b.s.q.lockedDelete...)
 		q = appendIDList(q, ids)
-		q = append(q, ')')
+		// ORDER BY id LIMIT pins the DELETE to primary-key ranges: without it MariaDB
+		// scans a small table whole, waits on rows other open batches hold, and deadlocks.
+		q = append(q, ") ORDER BY id LIMIT "...)
+		q = strconv.AppendInt(q, int64(len(ids)), 10)
 		if _, err := execB(ctx, tx, string(q)); err != nil {
 			return err
 		}

@@ -143,6 +143,9 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 	if c.Token.IsZero() {
 		return out, errors.New("mysql: claim: Token is zero")
 	}
+	if c.Lane != outbox.Unordered && !c.After.IsZero() {
+		return out, fmt.Errorf("mysql: claim: After is set for lane %d (only unordered claims take a cursor)", c.Lane)
+	}
 	if !c.Until.After(c.Now) {
 		return out, errors.New("mysql: claim: Until must be after Now")
 	}
@@ -201,14 +204,14 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (res sql.Re
 func (s *Store) claimUnordered(ctx context.Context, c outbox.ClaimParams, now, until sqlTime, out []outbox.Record) ([]outbox.Record, error) {
 	// An idle poll (nothing eligible) costs one non-locking read, not a transaction.
 	var one int
-	switch err := queryRowB(ctx, s.db, s.q.anyUnordered, now, now).Scan(&one); {
+	switch err := queryRowB(ctx, s.db, s.q.anyUnordered, c.After[:], now, now).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):
 		return out, nil
 	case err != nil:
 		return out, err
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := queryB(ctx, tx, s.q.claimUnordered, now, now, int64(c.Limit))
+		rows, err := queryB(ctx, tx, s.q.claimUnordered, c.After[:], now, now, int64(c.Limit))
 		if err != nil {
 			return err
 		}

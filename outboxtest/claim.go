@@ -2,6 +2,7 @@ package outboxtest
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ func claimTests() []subtest {
 		{"FreshTokenAndExclusive", testClaimExclusive},
 		{"Race", testClaimRace},
 		{"SkipsLockedRows", testClaimSkipsLocked},
+		{"AfterCursor", testClaimAfter},
+		{"AfterWithLaneIsAnError", testClaimAfterLane},
 	}
 }
 
@@ -172,4 +175,42 @@ func testClaimSkipsLocked(t *testing.T, h Harness) {
 	release()
 	_, got2 := e.claimUnordered(10, at(0), at(time.Minute))
 	sameIDs(t, "claim after the lock is released", ids(got2), idsOf(r1))
+}
+
+// An unordered claim with After takes only rows with greater IDs, in ID order; the rows
+// behind the cursor stay eligible for a claim from the start.
+func testClaimAfter(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	var recs []outbox.Record
+	for range 5 {
+		recs = append(recs, NewRecord(at(0)))
+	}
+	e.insert(recs...)
+	until := at(time.Minute)
+	got := e.claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 2, Now: at(0), Until: until, Token: outbox.NewToken(), After: recs[1].ID})
+	sameIDs(t, "claim after the second row (limit 2)", ids(got), idsOf(recs[2:4]...))
+	got = e.claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 10, Now: at(0), Until: until, Token: outbox.NewToken(), After: recs[4].ID})
+	sameIDs(t, "claim after the last row", ids(got), nil)
+	got = e.claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 10, Now: at(0), Until: until, Token: outbox.NewToken()})
+	sameIDs(t, "claim from the start", ids(got), idsOf(recs[0], recs[1], recs[4]))
+}
+
+// A lane is always read from its head: After with a lane is refused, and nothing is
+// claimed.
+func testClaimAfterLane(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	r := NewOrderedRecord(at(0), "key", testLanes)
+	e.insert(r)
+	lease := e.acquire(r.Lane, at(0), at(time.Hour))
+	got, err := e.store.Claim(e.ctx, outbox.ClaimParams{Lane: r.Lane, Limit: 1, Now: at(0), Until: at(time.Minute),
+		Token: outbox.NewToken(), Lease: lease, After: outbox.NewID()}, nil)
+	if err == nil || len(got) != 0 {
+		t.Fatalf("Claim(lane %d, After set) = %d rows, %v; want an error", r.Lane, len(got), err)
+	}
+	if !strings.Contains(err.Error(), "After") {
+		t.Errorf("error %q does not name After", err)
+	}
+	if got := e.claim(outbox.ClaimParams{Lane: r.Lane, Limit: 1, Now: at(0), Until: at(time.Minute), Token: outbox.NewToken(), Lease: lease}); len(got) != 1 {
+		t.Fatalf("claim of the lane after the refused one = %d rows, want 1", len(got))
+	}
 }

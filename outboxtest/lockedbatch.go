@@ -18,6 +18,7 @@ func lockedBatchTests() []subtest {
 		{"RollbackChangesNothing", testLockedBatchRollback},
 		{"CancelledContextChangesNothing", testLockedBatchCancelled},
 		{"Empty", testLockedBatchEmpty},
+		{"AfterCursor", testLockedBatchAfter},
 	}
 }
 
@@ -34,7 +35,13 @@ func (e *env) locker(t *testing.T) outbox.BatchLocker {
 // lockBatch locks up to limit rows at now, and rolls the batch back when the test ends.
 func (e *env) lockBatch(bl outbox.BatchLocker, ctx context.Context, limit int, now time.Time) outbox.LockedBatch {
 	e.t.Helper()
-	b, err := bl.LockBatch(ctx, limit, now)
+	return e.lockBatchAfter(bl, ctx, limit, now, outbox.ID{})
+}
+
+// lockBatchAfter is lockBatch with an ID cursor.
+func (e *env) lockBatchAfter(bl outbox.BatchLocker, ctx context.Context, limit int, now time.Time, after outbox.ID) outbox.LockedBatch {
+	e.t.Helper()
+	b, err := bl.LockBatch(ctx, outbox.LockParams{Limit: limit, Now: now, After: after})
 	if err != nil {
 		e.t.Fatalf("LockBatch(limit %d, now %s): %v", limit, fmtTime(now), err)
 	}
@@ -272,4 +279,24 @@ func testLockedBatchEmpty(t *testing.T, h Harness) {
 	if err := b.Finish(e.ctx, nil, nil); err != nil {
 		t.Fatalf("Finish of an empty batch after Rollback: %v", err)
 	}
+}
+
+// LockBatch with After locks only rows with greater IDs, in ID order; the zero cursor
+// starts from the beginning.
+func testLockedBatchAfter(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	var recs []outbox.Record
+	for range 5 {
+		recs = append(recs, NewRecord(at(0)))
+	}
+	e.insert(recs...)
+	b := e.lockBatchAfter(bl, e.ctx, 10, at(0), recs[1].ID)
+	sameIDs(t, "LockBatch after the second row", ids(b.Records()), ids(recs[2:]))
+	rollback(t, b)
+	b = e.lockBatchAfter(bl, e.ctx, 10, at(0), recs[4].ID)
+	sameIDs(t, "LockBatch after the last row", ids(b.Records()), nil)
+	rollback(t, b)
+	b = e.lockBatchAfter(bl, e.ctx, 2, at(0), outbox.ID{})
+	sameIDs(t, "LockBatch from the start", ids(b.Records()), ids(recs[:2]))
 }

@@ -129,7 +129,7 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		{"unordered due read", s.q.readUnordered, suffixDueIx, []any{zero[:], now, 100}},
 		{"ordered claim", s.q.claimLane, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"ordered claim holding parked keys", s.q.claimLaneHold, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
-		{"unordered claim", s.q.claimUnordered, suffixDueIx, []any{tok[:], until, now, 100}},
+		{"unordered claim", s.q.claimUnordered, suffixDueIx, []any{tok[:], until, now, 100, zero[:]}},
 		{"renew by token", s.q.renew[0], suffixClaimIx, []any{tok[:], now, until}},
 		{"release by token", s.q.release[0], suffixClaimIx, []any{tok[:], now}},
 		{"complete", s.q.complete[0], suffixClaimIx + "|" + suffixOutbox + "_pkey", []any{tok[:], now, [][]byte{zero[:]}}},

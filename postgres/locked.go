@@ -14,7 +14,8 @@ var _ outbox.BatchLocker = (*Store)(nil)
 // LockBatch locks up to limit eligible unordered rows in an open READ COMMITTED
 // transaction (see outbox.BatchLocker). The rows stay locked, unchanged, until the batch
 // is finished or rolled back.
-func (s *Store) LockBatch(ctx context.Context, limit int, now time.Time) (outbox.LockedBatch, error) {
+func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
+	limit := p.Limit
 	if limit < 1 {
 		return nil, invalid("lock batch", "limit must be at least 1, got %d", limit)
 	}
@@ -22,7 +23,7 @@ func (s *Store) LockBatch(ctx context.Context, limit int, now time.Time) (outbox
 	if err != nil {
 		return nil, wrap("lock batch", err)
 	}
-	recs, err := s.lockRows(ctx, tx, limit, now)
+	recs, err := s.lockRows(ctx, tx, limit, p.After, p.Now)
 	if err != nil {
 		_ = tx.Rollback()
 		return nil, wrap("lock batch", err)
@@ -37,8 +38,8 @@ func (s *Store) LockBatch(ctx context.Context, limit int, now time.Time) (outbox
 	return &lockedBatch{s: s, tx: tx, recs: recs}, nil
 }
 
-func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, limit int, now time.Time) ([]outbox.Record, error) {
-	rows, err := tx.QueryContext(ctx, s.q.lockUnordered, now, limit)
+func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, limit int, after outbox.ID, now time.Time) ([]outbox.Record, error) {
+	rows, err := tx.QueryContext(ctx, s.q.lockUnordered, now, limit, after[:])
 	if err != nil {
 		return nil, err
 	}

@@ -113,17 +113,17 @@ func newQueries(n names) *queries {
 	q.readUnordered = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane IS NULL AND o.id > $1 AND ` +
 		eligible("o", "$2") + ` ORDER BY o.id LIMIT $3`
 
-	// $1 token, $2 until, $3 now, $4 limit. The CTE is evaluated once; FOR UPDATE SKIP
+	// $1 token, $2 until, $3 now, $4 limit, $5 after. The CTE is evaluated once; FOR UPDATE SKIP
 	// LOCKED re-checks eligibility on rows changed since the snapshot and passes over rows
 	// other claimers hold locked. "= ANY(ARRAY(...))" pins the update to primary-key
 	// lookups: with a join, the generic plan (LIMIT $4 estimated at a tenth of the table)
 	// hashes a sequential scan of the whole table.
-	q.claimUnordered = `WITH c AS (SELECT s.id FROM ` + t + ` AS s WHERE s.lane IS NULL AND ` + eligible("s", "$3") +
+	q.claimUnordered = `WITH c AS (SELECT s.id FROM ` + t + ` AS s WHERE s.lane IS NULL AND s.id > $5 AND ` + eligible("s", "$3") +
 		` ORDER BY s.id LIMIT $4 FOR UPDATE SKIP LOCKED) ` +
 		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 WHERE o.id = ANY(ARRAY(SELECT id FROM c)) RETURNING ` + prefixed("o")
 
-	// $1 now, $2 limit.
-	q.lockUnordered = `SELECT ` + selectColumns + ` FROM ` + t + ` AS s WHERE s.lane IS NULL AND ` + eligible("s", "$1") +
+	// $1 now, $2 limit, $3 after.
+	q.lockUnordered = `SELECT ` + selectColumns + ` FROM ` + t + ` AS s WHERE s.lane IS NULL AND s.id > $3 AND ` + eligible("s", "$1") +
 		` ORDER BY s.id LIMIT $2 FOR UPDATE SKIP LOCKED`
 	q.lockedDelete = `DELETE FROM ` + t + ` WHERE id = ANY($1::bytea[])`
 	// $1 id, $2 error, $3 retry at (NULL keeps deliver_at), $4 park.

@@ -143,6 +143,8 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 		return dst, invalid("claim", "zero claim token")
 	case !c.Until.After(c.Now):
 		return dst, invalid("claim", "until %s is not after now %s", c.Until, c.Now)
+	case c.Lane != outbox.Unordered && !c.After.IsZero():
+		return dst, invalid("claim", "After is set for lane %d (only unordered claims take a cursor)", c.Lane)
 	}
 	if noLease(c.Lane, c.Lease) {
 		return dst, nil
@@ -151,7 +153,7 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 	var err error
 	switch {
 	case c.Lane == outbox.Unordered:
-		rows, err = s.db.QueryContext(ctx, s.q.claimUnordered, c.Token[:], c.Until, c.Now, c.Limit)
+		rows, err = s.db.QueryContext(ctx, s.q.claimUnordered, c.Token[:], c.Until, c.Now, c.Limit, c.After[:])
 	case c.HoldParkedKeys:
 		rows, err = s.db.QueryContext(ctx, s.q.claimLaneHold, c.Token[:], c.Until, c.Now, c.Limit, c.Lane, c.Lease[:])
 	default:

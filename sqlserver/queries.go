@@ -86,7 +86,7 @@ func newQueries(n names) *queries {
 	q.readUnordered = strings.Replace(read, "%s", "o.lane IS NULL", 1)
 	q.readLane = strings.Replace(read, "%s", "o.lane = @lane", 1)
 
-	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", "o.lane IS NULL AND "+eligible("o"))
+	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", "o.lane IS NULL AND o.id > "+binParam("after")+" AND "+eligible("o"))
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 

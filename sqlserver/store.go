@@ -190,10 +190,14 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 		return dst, invalid("claim", "zero claim token")
 	case !c.Until.After(c.Now):
 		return dst, invalid("claim", "until %s is not after now %s", c.Until, c.Now)
+	case c.Lane != outbox.Unordered && !c.After.IsZero():
+		return dst, invalid("claim", "After is set for lane %d (only unordered claims take a cursor)", c.Lane)
 	}
 	args := []any{named("n", int64(c.Limit)), named("now", c.Now.UTC()), named("until", c.Until.UTC()), named("tok", c.Token[:])}
 	query := s.q.claimUnordered
-	if c.Lane != outbox.Unordered {
+	if c.Lane == outbox.Unordered {
+		args = append(args, named("after", c.After[:]))
+	} else {
 		query = s.q.claimLane
 		if c.HoldParkedKeys {
 			query = s.q.claimLaneHold
