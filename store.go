@@ -91,6 +91,12 @@ type Store interface {
 	// or Unordered when no row has a lane.
 	MaxLane(ctx context.Context) (int, error)
 
+	// PendingLanes returns, in ascending order, the lanes that hold at least one pending
+	// row, eligible or not (parked rows do not count). It is a cheap probe (an index dive
+	// per non-empty lane, never a scan of the rows) that lets a forwarder leave empty lanes
+	// alone instead of polling each of them.
+	PendingLanes(ctx context.Context) ([]int, error)
+
 	// ListParked returns up to q.Limit parked rows with ID > q.After in ID order,
 	// optionally only those of one ordering key.
 	ListParked(ctx context.Context, q ParkedQuery) ([]Record, error)

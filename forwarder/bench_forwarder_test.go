@@ -308,10 +308,12 @@ func BenchmarkDrain(b *testing.B) {
 						func() {
 							nop, st := fresh()
 							base = append(base, baselineDrain(b, e, db, st.Options(), nop, n))
+							quiesce(b, e, db, st.Options())
 						},
 						func() {
 							nop, st := fresh()
 							d := forwarderDrain(b, e, db, st, forwarder.Config{}, nop, nop.Count, n)
+							quiesce(b, e, db, st.Options())
 							def = append(def, d.rate)
 							allocs = append(allocs, d.allocsPerMsg)
 							bytes = append(bytes, d.bytesPerMsg)
@@ -319,10 +321,12 @@ func BenchmarkDrain(b *testing.B) {
 						func() {
 							nop, st := fresh()
 							big = append(big, forwarderDrain(b, e, db, st, forwarder.Config{ClaimBatch: 500, InFlight: 2000}, nop, nop.Count, n).rate)
+							quiesce(b, e, db, st.Options())
 						},
 						func() {
 							nop, st := fresh()
 							locked = append(locked, forwarderDrain(b, e, db, st, forwarder.Config{UnorderedLocking: true}, nop, nop.Count, n).rate)
+							quiesce(b, e, db, st.Options())
 						},
 					}
 					if r%2 == 1 {

@@ -96,6 +96,9 @@ type Forwarder struct {
 	counters []laneCounters // index lane+1
 	held     []atomic.Bool  // index lane
 	members  atomic.Int64
+	// lanePending (index lane) is the lane scout's word on whether a lane may hold
+	// pending rows; an idle lane worker polls its lane only while it is true.
+	lanePending []atomic.Bool
 
 	gaugeMu     sync.Mutex // orders gauge reports (reportInFlight, reportLanesHeld)
 	statsMu     sync.Mutex
@@ -148,7 +151,11 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 		jobs:          make(chan storeJob, config.InFlight),
 		counters:      make([]laneCounters, opts.Lanes+1),
 		held:          make([]atomic.Bool, opts.Lanes),
+		lanePending:   make([]atomic.Bool, opts.Lanes),
 		parkedLanes:   map[int]time.Time{},
+	}
+	for i := range f.lanePending {
+		f.lanePending[i].Store(true) // unknown until the scout's first look
 	}
 	f.hardCtx, f.hardCancel = context.WithCancel(context.Background())
 	for i := range f.laneWake {
@@ -252,7 +259,8 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 		}
 	}
 	if !f.cfg.DisableOrdered {
-		f.services.Add(1)
+		f.services.Add(2)
+		go f.runLaneScout()
 		go f.runLeases()
 	}
 	if f.cfg.StatsInterval > 0 {

@@ -342,6 +342,36 @@ func TestNotifyWakesWithoutPolling(t *testing.T) {
 	})
 }
 
+// The lane scout keeps idle workers of empty lanes from polling: over an empty table a
+// forwarder holding every lane makes no lane claim at all, only PendingLanes probes
+// (backing off to MaxPollInterval). A row committed by another process (no Notify) in
+// an empty lane is still found by the scout and sent.
+func TestLaneScoutLeavesEmptyLanesAlone(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		cfg := fastConfig()
+		cfg.DisableUnordered = true
+		cfg.PollInterval, cfg.MaxPollInterval = 10*time.Millisecond, 100*time.Millisecond
+		polls := &countingStore{Store: tb.store}
+		f, _ := start(t, polls, Targets{"": rec}, cfg)
+		waitFor(t, 5*time.Second, "lanes held", func() bool { return len(f.Stats().HeldLanes) == tb.opts.Lanes })
+		time.Sleep(100 * time.Millisecond)
+		claims, probes := polls.claims.Load(), polls.pendingLanes.Load()
+		time.Sleep(time.Second)
+		claims, probes = polls.claims.Load()-claims, polls.pendingLanes.Load()-probes
+		t.Logf("idle second with %d lanes: %d lane claims, %d PendingLanes probes", tb.opts.Lanes, claims, probes)
+		if claims != 0 {
+			t.Errorf("%d lane claims in an idle second over empty lanes, want 0", claims)
+		}
+		if probes < 5 || probes > 30 {
+			t.Errorf("%d PendingLanes probes in an idle second, want about 1/MaxPollInterval (10)", probes)
+		}
+		r := tb.row("t", keyInLane(5, tb.opts.Lanes, 0), "from another process")
+		tb.insert(t, r) // no Notify: only the scout can find it
+		waitFor(t, 5*time.Second, "row of another process sent", func() bool { return len(rec.got()) == 1 })
+	})
+}
+
 // metricsSpy records what the forwarder reports.
 type metricsSpy struct {
 	mu                   sync.Mutex

@@ -317,7 +317,13 @@ func start(t testing.TB, st outbox.Store, targets Targets, cfg Config) (*Forward
 // countingStore counts claims (polls) made through it.
 type countingStore struct {
 	outbox.Store
-	claims atomic.Int64
+	claims       atomic.Int64
+	pendingLanes atomic.Int64
+}
+
+func (c *countingStore) PendingLanes(ctx context.Context) ([]int, error) {
+	c.pendingLanes.Add(1)
+	return c.Store.PendingLanes(ctx)
 }
 
 func (c *countingStore) Claim(ctx context.Context, p outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {

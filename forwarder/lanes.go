@@ -377,6 +377,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 		notBefore time.Time // a failed head is due again then (Config.Now's clock)
 		idle      = cfg.PollInterval
 		errDelay  = cfg.PollInterval
+		woken     bool // a wake-up arrived since the last claim: claim whatever the scout says
 	)
 	log := func(msg string, err error, extra watermill.LogFields) {
 		fields := watermill.LogFields{"lane": lane}.Add(extra)
@@ -406,6 +407,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 			// A commit landed here: if its row is not claimable at once (a lagging
 			// snapshot), look again soon rather than after a long idle pause.
 			idle = cfg.PollInterval
+			woken = true
 		case <-h.release:
 			return false
 		case <-f.stopping:
@@ -479,6 +481,14 @@ func (f *Forwarder) runLane(h *laneHold) {
 				}
 				continue
 			}
+			if !woken && !f.lanePending[lane].Load() {
+				// The scout saw no pending row here: wait for it (or a commit) to wake us.
+				if !pause(cfg.MaxPollInterval) {
+					return
+				}
+				continue
+			}
+			woken = false
 			token := outbox.NewToken()
 			until := now.Add(claimTTL)
 			recs, err := f.store.Claim(h.ctx, outbox.ClaimParams{
@@ -752,5 +762,58 @@ func (f *Forwarder) retryLane(h *laneHold, q *queued, what string, op func(conte
 			return false
 		}
 		delay = min(2*delay, time.Second)
+	}
+}
+
+// runLaneScout looks for the lanes holding pending rows (Store.PendingLanes: an index
+// dive per non-empty lane) and wakes the worker of a lane that has just received rows.
+// It looks every PollInterval after a lane received rows, backing off to MaxPollInterval
+// while nothing changes (workers of non-empty lanes poll those themselves). Idle workers
+// of empty lanes do not poll at all: with 64 empty lanes an idle forwarder sends one
+// probe per MaxPollInterval instead of 64 claims. When the probe fails every worker polls
+// its lane on its own again.
+func (f *Forwarder) runLaneScout() {
+	defer f.services.Done()
+	cfg := &f.cfg
+	interval := cfg.PollInterval
+	pending := make([]bool, len(f.lanePending))
+	for {
+		ctx, cancel := context.WithTimeout(f.hardCtx, cfg.LeaseTTL)
+		lanes, err := f.store.PendingLanes(ctx)
+		cancel()
+		if err != nil {
+			if f.hardCtx.Err() != nil {
+				return
+			}
+			f.logger.Error("Cannot look for lanes with pending rows; every lane worker polls its lane", err, nil)
+			for i := range f.lanePending {
+				f.lanePending[i].Store(true)
+			}
+			interval = cfg.PollInterval
+		} else {
+			clear(pending)
+			for _, l := range lanes {
+				if l >= 0 && l < len(pending) {
+					pending[l] = true
+				}
+			}
+			arrived := false
+			for l, p := range pending {
+				if was := f.lanePending[l].Swap(p); p && !was {
+					arrived = true
+					if f.held[l].Load() {
+						wake(f.laneWake[l])
+					}
+				}
+			}
+			if arrived {
+				interval = cfg.PollInterval
+			} else {
+				interval = min(2*interval, cfg.MaxPollInterval)
+			}
+		}
+		if !sleep(interval, f.stopping, nil) {
+			return
+		}
 	}
 }

@@ -28,7 +28,7 @@ type queries struct {
 	renewUpdate, renewCount string // prefixes; optional id list and lease fence follow
 	complete, release       string // prefixes; id list and fence follow
 
-	count, statsLanes, statsParked, maxLane string
+	count, statsLanes, statsParked, maxLane, nextPendingLane string
 
 	park, fail, requeue, purge string
 
@@ -77,6 +77,9 @@ func newQueries(n names) *queries {
 		n.outbox, eligibleWhere)
 	q.statsParked = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE status = 'parked'`, n.outbox)
 	// Each MAX reads one end of ix_status_lane ("Select tables optimized away").
+	// MIN over (status, lane) with a range on lane is one index dive ("Select tables
+	// optimized away"); PendingLanes walks the lanes with it.
+	q.nextPendingLane = fmt.Sprintf(`SELECT MIN(lane) FROM %s WHERE status = 'pending' AND lane > ?`, n.outbox)
 	q.maxLane = fmt.Sprintf(`SELECT COALESCE(GREATEST(COALESCE((SELECT MAX(lane) FROM %[1]s WHERE status = 'pending'), -1), `+
 		`COALESCE((SELECT MAX(lane) FROM %[1]s WHERE status = 'parked'), -1)), -1)`, n.outbox)
 

@@ -680,6 +680,22 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
+// PendingLanes walks the lanes holding pending rows, one index dive per lane found.
+func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
+	var lanes []int
+	for after := int64(-1); ; {
+		var next sql.NullInt64
+		if err := queryRowB(ctx, s.db, s.q.nextPendingLane, after).Scan(&next); err != nil {
+			return nil, wrapErr("pending lanes", err)
+		}
+		if !next.Valid {
+			return lanes, nil
+		}
+		lanes = append(lanes, int(next.Int64))
+		after = next.Int64
+	}
+}
+
 // ListParked returns up to q.Limit parked rows after q.After in id order.
 func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
 	if q.Limit <= 0 {

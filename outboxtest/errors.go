@@ -78,6 +78,10 @@ func storeOps(id outbox.ID) []storeOp {
 			_, err := s.MaxLane(ctx)
 			return err
 		}},
+		{"PendingLanes", func(ctx context.Context, s outbox.Store) error {
+			_, err := s.PendingLanes(ctx)
+			return err
+		}},
 		{"ListParked", func(ctx context.Context, s outbox.Store) error {
 			_, err := s.ListParked(ctx, outbox.ParkedQuery{Limit: 10})
 			return err

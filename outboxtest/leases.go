@@ -14,6 +14,7 @@ func statsTests() []subtest {
 	return []subtest{
 		{"PerLane", testStats},
 		{"MaxLane", testMaxLane},
+		{"PendingLanes", testPendingLanes},
 	}
 }
 
@@ -124,6 +125,33 @@ func testMaxLane(t *testing.T, h Harness) {
 	e.insert(r)
 	e.park(r.ID, "p", at(0))
 	check("with a parked row in the last lane", testLanes-1)
+}
+
+// PendingLanes lists, ascending, the lanes with pending rows, due or not, claimed or not;
+// unordered and parked rows do not count.
+func testPendingLanes(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	check := func(what string, want ...int) {
+		t.Helper()
+		got, err := e.store.PendingLanes(e.ctx)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("PendingLanes %s = %v, %v; want %v", what, got, err, want)
+		}
+	}
+	check("of an empty table")
+	e.insert(NewRecord(at(0)))
+	check("with unordered rows only")
+	late := laneRecord(keysInLane(5, testLanes, 1)[0], at(0))
+	late.DeliverAt = at(time.Hour)
+	e.insert(laneRecord(keysInLane(testLanes-1, testLanes, 1)[0], at(0)), late, laneRecord(keysInLane(0, testLanes, 1)[0], at(0)))
+	check("with lanes 0, 5 (not due) and the last", 0, 5, testLanes-1)
+	lease := e.acquire(0, at(0), at(time.Hour))
+	if _, got := e.claimLane(0, 1, lease, at(0), at(time.Minute)); len(got) != 1 {
+		t.Fatalf("claim of lane 0 = %d rows, want 1", len(got))
+	}
+	check("with lane 0's row claimed", 0, 5, testLanes-1)
+	e.park(late.ID, "p", at(0))
+	check("with lane 5's row parked", 0, testLanes-1)
 }
 
 func (e *env) leases() []outbox.Lease {

@@ -58,15 +58,16 @@ type queries struct {
 	complete [2]string
 	fail     [2]string
 
-	park     string
-	count    string
-	stats    string
-	maxLane  string
-	parked   [3]string // any key, one key, NULL key
-	requeue  [3]string // ids, key, NULL key; all = requeueAll
-	purge    [3]string
-	requeueA string
-	purgeA   string
+	park         string
+	count        string
+	stats        string
+	pendingLanes string
+	maxLane      string
+	parked       [3]string // any key, one key, NULL key
+	requeue      [3]string // ids, key, NULL key; all = requeueAll
+	purge        [3]string
+	requeueA     string
+	purgeA       string
 
 	acquireLease, renewLease, releaseLease, leases string
 	heartbeat, members, leave                      string
@@ -151,6 +152,10 @@ func newQueries(n names) *queries {
 	q.stats = `SELECT false, o.lane, count(*), min(o.deliver_at) FROM ` + t + ` AS o WHERE ` + eligible("o", "$1") +
 		` GROUP BY o.lane UNION ALL SELECT true, NULL, count(*), NULL FROM ` + t + ` WHERE status = 'parked'`
 	// Each half is answered from a partial index (pending lanes; the few parked rows).
+	// A loose index scan of the pending lanes' index: one probe per non-empty lane.
+	q.pendingLanes = `WITH RECURSIVE l(lane) AS ((SELECT o.lane FROM ` + t + ` AS o WHERE o.status = 'pending' AND o.lane IS NOT NULL ORDER BY o.lane LIMIT 1) ` +
+		`UNION ALL SELECT (SELECT o.lane FROM ` + t + ` AS o WHERE o.status = 'pending' AND o.lane IS NOT NULL AND o.lane > l.lane ORDER BY o.lane LIMIT 1) ` +
+		`FROM l WHERE l.lane IS NOT NULL) SELECT lane FROM l WHERE lane IS NOT NULL`
 	q.maxLane = `SELECT GREATEST((SELECT max(lane) FROM ` + t + ` WHERE status = 'pending' AND lane IS NOT NULL), ` +
 		`(SELECT max(lane) FROM ` + t + ` WHERE status = 'parked'))`
 

@@ -371,6 +371,27 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	return int(lane.Int64), nil
 }
 
+// PendingLanes lists the lanes holding pending rows in one loose index scan.
+func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.pendingLanes)
+	if err != nil {
+		return nil, wrap("pending lanes", err)
+	}
+	var lanes []int
+	for rows.Next() {
+		var lane int
+		if err := rows.Scan(&lane); err != nil {
+			rows.Close()
+			return nil, wrap("pending lanes", err)
+		}
+		lanes = append(lanes, lane)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, wrap("pending lanes", err)
+	}
+	return lanes, nil
+}
+
 // ListParked returns up to q.Limit parked rows after q.After in id order.
 func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
 	if q.Limit < 1 {

@@ -67,6 +67,7 @@ type queries struct {
 	claimUnordered, claimLane, claimLaneHold string
 	fail, failFenced                         string
 	park, count, stats, maxLane              string
+	nextPendingLane                          string
 	parkedAny, parkedKey, parkedNullKey      string
 	requeueAll, requeueKey, requeueNullKey   string
 	purgeAll, purgeKey, purgeNullKey         string
@@ -109,6 +110,8 @@ func newQueries(n names) *queries {
 	// last entry (a row of the highest lane being claimed, completed or failed) would
 	// report a lower lane and let a misconfigured forwarder start. It may wait for a
 	// writer's open transaction instead (not under READ_COMMITTED_SNAPSHOT).
+	// MIN(lane) of the pending rows above @after: one seek of the lane index.
+	q.nextPendingLane = "SELECT MIN(lane) FROM " + t + " WHERE status = 'pending' AND lane > @after"
 	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WHERE status = 'pending' " +
 		"UNION ALL SELECT MAX(lane) FROM " + t + " WHERE status = 'parked') AS m"
 

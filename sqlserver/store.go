@@ -407,6 +407,25 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	return int(lane.Int64), nil
 }
 
+// PendingLanes walks the lanes holding pending rows, one index seek per lane found.
+func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
+	var lanes []int
+	for after := int64(-1); ; {
+		var next sql.NullInt64
+		err := retry(ctx, func() error {
+			return s.db.QueryRowContext(ctx, s.q.nextPendingLane, named("after", after)).Scan(&next)
+		})
+		if err != nil {
+			return nil, wrap("pending lanes", err)
+		}
+		if !next.Valid {
+			return lanes, nil
+		}
+		lanes = append(lanes, int(next.Int64))
+		after = next.Int64
+	}
+}
+
 // ListParked returns up to q.Limit parked rows after q.After in id order.
 func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
 	if q.Limit < 1 {
