@@ -117,7 +117,7 @@ type Config struct {
 	// ShutdownTimeout bounds how long Close waits for messages in flight.
 	ShutdownTimeout time.Duration
 	// StatsInterval is how often the backlog (store.Stats) is sampled for Stats and
-	// Metrics; negative disables sampling.
+	// Metrics (first one interval after the start); negative disables sampling.
 	StatsInterval time.Duration
 	// CompleteDelay is how long acks of unordered rows are coalesced into one delete.
 	CompleteDelay time.Duration

@@ -154,9 +154,8 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 		lanePending:   make([]atomic.Bool, opts.Lanes),
 		parkedLanes:   map[int]time.Time{},
 	}
-	for i := range f.lanePending {
-		f.lanePending[i].Store(true) // unknown until the scout's first look
-	}
+	// lanePending starts false: workers wait for the scout's first look (which flips
+	// and wakes the lanes holding rows) instead of all claiming at once on startup.
 	f.hardCtx, f.hardCancel = context.WithCancel(context.Background())
 	for i := range f.laneWake {
 		f.laneWake[i] = make(chan struct{}, 1)
