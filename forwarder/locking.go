@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// lResult is the outcome of one emitted row of a locked batch.
-type lResult struct {
-	d     *delivery
-	acked bool
+// emitted is a message handed to the router and its row.
+type emitted struct {
+	msg *message.Message
+	d   *delivery
 }
 
 // openBatch is a locked batch whose rows have been emitted and whose outcomes are
@@ -21,8 +22,8 @@ type lResult struct {
 type openBatch struct {
 	lb       outbox.LockedBatch
 	rows     int
-	open     int // emitted rows whose outcome has not arrived
-	results  chan lResult
+	sent     []emitted           // in emission order; settle awaits them in turn
+	open     int                 // emitted rows whose outcome has not been counted
 	failed   []outbox.FailParams // rows parked before they were emitted
 	deadline time.Time
 }
@@ -121,7 +122,7 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, limit int, after outbox.I
 	last := recs[len(recs)-1].ID
 	// The batch's slowest message holds every lock of the batch: ClaimTTL bounds it.
 	ob := &openBatch{lb: lb, rows: len(recs), deadline: time.Now().Add(cfg.ClaimTTL),
-		results: make(chan lResult, len(recs))} // never blocks: one watcher per row
+		sent: make([]emitted, 0, len(recs))}
 	counters := &f.counters[0]
 	for i := range recs {
 		if f.isStopping() || time.Now().After(ob.deadline) {
@@ -142,11 +143,7 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, limit int, after outbox.I
 			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its rows are eligible again")
 			return nil, len(recs), last, nil
 		}
-		go func() {
-			if acked, ok := f.watch(msg); ok {
-				ob.results <- lResult{d: d, acked: acked}
-			}
-		}()
+		ob.sent = append(ob.sent, emitted{msg: msg, d: d})
 	}
 	f.reportInFlight(outbox.Unordered)
 	return ob, len(recs), last, nil
@@ -165,39 +162,23 @@ func (f *Forwarder) rollbackBatch(ob *openBatch, why string) {
 	f.logger.Info(why, watermill.LogFields{"rows": ob.rows})
 }
 
-// settle waits for the outcomes of a batch's emitted rows, then deletes the acked rows
-// and records the failures in the batch's transaction.
+// settle waits for the outcomes of a batch's emitted rows (in emission order: all of
+// them are needed before the batch can finish, so one waiter per batch does, not one
+// goroutine per message), then deletes the acked rows and records the failures in the
+// batch's transaction.
 func (f *Forwarder) settle(ob *openBatch) error {
 	cfg := &f.cfg
 	counters := &f.counters[0]
-	done := make([]outbox.ID, 0, ob.open)
+	done := make([]outbox.ID, 0, len(ob.sent))
 	failed := ob.failed
 	timer := time.NewTimer(time.Until(ob.deadline))
 	defer timer.Stop()
-	for ob.open > 0 {
+	for _, e := range ob.sent {
+		var acked bool
 		select {
-		case r := <-ob.results:
-			ob.open--
-			counters.inFlight.Add(-1)
-			f.reportInFlight(outbox.Unordered)
-			if r.acked {
-				done = append(done, r.d.row.ID)
-				counters.sent.Add(1)
-				f.metrics.MessageSent(outbox.Unordered)
-				continue
-			}
-			attempts := r.d.row.Attempts + 1
-			now := f.now()
-			park := attempts >= cfg.MaxAttempts
-			failed = append(failed, outbox.FailParams{
-				ID: r.d.row.ID, Now: now, Error: r.d.failure(),
-				RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
-			})
-			f.countFailure(outbox.Unordered, park)
-			if park {
-				f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
-					"row_id": r.d.row.ID.String(), "attempts": attempts, "last_error": r.d.failure()})
-			}
+		case <-e.msg.Acked():
+			acked = true
+		case <-e.msg.Nacked():
 		case <-timer.C:
 			f.rollbackBatch(ob, "Locked batch not acked within ClaimTTL: rolled back; its acked rows may be sent again")
 			return nil
@@ -205,7 +186,28 @@ func (f *Forwarder) settle(ob *openBatch) error {
 			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its acked rows may be sent again")
 			return nil
 		}
+		ob.open--
+		counters.inFlight.Add(-1)
+		if acked {
+			done = append(done, e.d.row.ID)
+			counters.sent.Add(1)
+			f.metrics.MessageSent(outbox.Unordered)
+			continue
+		}
+		attempts := e.d.row.Attempts + 1
+		now := f.now()
+		park := attempts >= cfg.MaxAttempts
+		failed = append(failed, outbox.FailParams{
+			ID: e.d.row.ID, Now: now, Error: e.d.failure(),
+			RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
+		})
+		f.countFailure(outbox.Unordered, park)
+		if park {
+			f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
+				"row_id": e.d.row.ID.String(), "attempts": attempts, "last_error": e.d.failure()})
+		}
 	}
+	f.reportInFlight(outbox.Unordered)
 	fctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL)
 	defer cancel()
 	if err := ob.lb.Finish(fctx, done, failed); err != nil {

@@ -184,6 +184,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 				}
 				batches[b.token] = b
 				b.waiting = len(recs)
+				sent := make([]emitted, 0, len(recs))
 				for i := range recs {
 					if f.isStopping() {
 						// Shutting down: give the rows not emitted yet back at once.
@@ -211,7 +212,10 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 						f.releaseUnordered(b.token, recs[i:])
 						return
 					}
-					go f.watchUnordered(msg, d, b, results)
+					sent = append(sent, emitted{msg: msg, d: d})
+				}
+				if len(sent) > 0 {
+					go f.watchUnordered(sent, b, results)
 				}
 				f.reportInFlight(outbox.Unordered)
 				if b.open == 0 {
@@ -284,10 +288,16 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	}
 }
 
-func (f *Forwarder) watchUnordered(msg *message.Message, d *delivery, b *uBatch, results chan<- uResult) {
-	acked, ok := f.watch(msg)
-	if ok {
-		results <- uResult{batch: b, d: d, acked: acked}
+// watchUnordered reports the outcomes of a batch's emitted messages in emission order:
+// one goroutine per batch, not per message (an outcome reported late only delays its
+// coalesced delete; the claims stay renewed meanwhile).
+func (f *Forwarder) watchUnordered(sent []emitted, b *uBatch, results chan<- uResult) {
+	for _, e := range sent {
+		acked, ok := f.watch(e.msg)
+		if !ok {
+			return
+		}
+		results <- uResult{batch: b, d: e.d, acked: acked}
 	}
 }
 
