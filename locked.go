@@ -29,17 +29,31 @@ type LockParams struct {
 	After ID        // exclusive ID cursor, as ClaimParams.After; zero locks from the start
 }
 
+// FinishParams parameterises LockedBatch.Finish.
+type FinishParams struct {
+	Done   []ID         // delivered: deleted
+	Failed []FailParams // failed attempts
+	// Claim hands rows still in flight over to an ordinary claim: a sender that must not
+	// hold the batch's locks any longer (a slow message) commits the rest of the batch
+	// and renews, completes or fails these rows through the Store with Token. Token must
+	// be non-zero and Until set when Claim is not empty.
+	Claim []ID
+	Token Token
+	Until time.Time
+}
+
 // LockedBatch is an open transaction holding the locks of some unordered rows.
 // It is not safe for concurrent use.
 type LockedBatch interface {
 	// Records returns the locked rows in ID order (Record.Corrupt set as by Read).
 	Records() []Record
-	// Finish deletes the rows listed in done, records the failures (attempts+1, error
-	// text, DeliverAt moved to RetryAt when after the failure's Now, parked when Park is
-	// set; Token, Lane and Lease are ignored), and commits. Rows of the batch named in
-	// neither list are left unchanged. IDs outside the batch are ignored. A failed Finish
-	// rolls back: nothing of it happened.
-	Finish(ctx context.Context, done []ID, failed []FailParams) error
+	// Finish deletes the rows listed in p.Done, records the failures of p.Failed
+	// (attempts+1, error text, DeliverAt moved to RetryAt when after the failure's Now,
+	// parked when Park is set; Token, Lane and Lease are ignored), gives the rows of
+	// p.Claim an ordinary claim (p.Token until p.Until), and commits. Rows of the batch
+	// named in no list are left unchanged. IDs outside the batch are ignored. A failed
+	// Finish rolls back: nothing of it happened.
+	Finish(ctx context.Context, p FinishParams) error
 	// Rollback releases the locks, changing nothing. It is safe after Finish.
 	Rollback() error
 }

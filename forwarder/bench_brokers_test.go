@@ -80,7 +80,8 @@ func rawPublish(tb testing.TB, pub message.Publisher, topic string, n, workers i
 // BenchmarkForwardToBroker: forwarding a backlog of unordered rows to RabbitMQ and to
 // Kafka (kfake) against publishing the same number of equal messages directly through a
 // publisher with the same configuration, with as many concurrent publishers as the
-// forwarder's in-flight window. Reports both rates and the ratio (goal >= 0.7).
+// forwarder's in-flight window. Reports the rates and ratios (goal >= 0.7) of the default
+// Config and of UnorderedLocking.
 func BenchmarkForwardToBroker(b *testing.B) {
 	n := brokerBenchRows()
 	inFlight := forwarder.InFlightDefault
@@ -103,7 +104,7 @@ func BenchmarkForwardToBroker(b *testing.B) {
 		for _, br := range brokers {
 			b.Run(e.name+"/"+br.name, func(b *testing.B) {
 				db, _ := e.open(b)
-				var raw, fwd, ratio []float64
+				var raw, fwd, ratio, locked, ratioLocked []float64
 				for i := 0; i < b.N; i++ {
 					for r := 0; r < benchRounds(); r++ {
 						pub, topic := br.pub(b)
@@ -115,6 +116,12 @@ func BenchmarkForwardToBroker(b *testing.B) {
 								cp := &countingPublisher{next: pub}
 								fwd = append(fwd, forwarderDrain(b, e, db, st, forwarder.Config{}, cp, cp.Count, n).rate)
 							},
+							func() {
+								st := e.table(b, db, 64)
+								fillUnordered(b, e, db, st, n, topic)
+								cp := &countingPublisher{next: pub}
+								locked = append(locked, forwarderDrain(b, e, db, st, forwarder.Config{UnorderedLocking: true}, cp, cp.Count, n).rate)
+							},
 						}
 						if r%2 == 1 {
 							slices.Reverse(runs)
@@ -123,11 +130,14 @@ func BenchmarkForwardToBroker(b *testing.B) {
 							run()
 						}
 						ratio = append(ratio, fwd[len(fwd)-1]/raw[len(raw)-1])
+						ratioLocked = append(ratioLocked, locked[len(locked)-1]/raw[len(raw)-1])
 					}
 				}
 				b.ReportMetric(median(raw), "raw_msgs/s")
 				b.ReportMetric(median(fwd), "fwd_msgs/s")
 				b.ReportMetric(median(ratio), "ratio")
+				b.ReportMetric(median(locked), "fwdlocked_msgs/s")
+				b.ReportMetric(median(ratioLocked), "ratio_locked")
 				b.ReportMetric(0, "ns/op")
 			})
 		}

@@ -126,13 +126,13 @@ type timedBatch struct {
 	s *timedStore
 }
 
-func (b timedBatch) Finish(ctx context.Context, done []outbox.ID, failed []outbox.FailParams) error {
+func (b timedBatch) Finish(ctx context.Context, p outbox.FinishParams) error {
 	start := time.Now()
-	err := b.LockedBatch.Finish(ctx, done, failed)
+	err := b.LockedBatch.Finish(ctx, p)
 	if err != nil {
-		b.s.note("Finish(error)", start, len(done))
+		b.s.note("Finish(error)", start, len(p.Done))
 		return err
 	}
-	b.s.note("Finish", start, len(done))
+	b.s.note("Finish", start, len(p.Done))
 	return nil
 }

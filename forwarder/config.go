@@ -98,15 +98,19 @@ type Config struct {
 	// UnorderedLocking claims unordered rows by holding their row locks in an open
 	// transaction (outbox.BatchLocker) instead of writing a claim token to every row:
 	// each claimer locks a batch, sends it, and deletes the sent rows and records the
-	// failures in the same transaction. It saves the claim UPDATE of every row (the
-	// hand-written SKIP LOCKED loop's cost), at these prices: each claimer holds one open
-	// transaction and one pooled connection while its batch is being sent (size the
-	// pool for Claimers more); the batch's slowest message holds the locks of the whole
-	// batch, and a batch not fully acked within ClaimTTL is rolled back (its acked rows
-	// are sent again: at-least-once). In exchange the rows of a process that dies are
-	// eligible again at once, without waiting for ClaimTTL. When the store does not
-	// implement outbox.BatchLocker the forwarder logs an error and uses claim tokens.
-	// Off by default.
+	// failures in the same transaction, with up to InFlight/Claimers/ClaimBatch batches
+	// open at once per claimer (one locked while the previous ones are on the wire). It
+	// saves the claim UPDATE of every row (the hand-written SKIP LOCKED loop's cost): the
+	// drain runs about twice as fast (README, Performance). The prices: every open batch
+	// holds an open transaction and a pooled connection while it is being sent (with the
+	// defaults up to 4: size the pool for them), and a failed commit (a lost connection)
+	// sends the batch's acked rows again (at-least-once). A slow message does not hold
+	// its batch: after at most a second the rest of the batch commits and the rows still
+	// in flight move to an ordinary claim, renewed while they wait. The rows of a process
+	// that dies are eligible again at once, without waiting for ClaimTTL. When the store
+	// does not implement outbox.BatchLocker (SQL Server) the forwarder logs an error and
+	// uses claim tokens. Off by default: the default claims are tokens, which hold no
+	// connection between statements.
 	UnorderedLocking bool
 
 	// DisableOrdered and DisableUnordered turn off one kind of rows (for example to run

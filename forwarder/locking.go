@@ -162,59 +162,174 @@ func (f *Forwarder) rollbackBatch(ob *openBatch, why string) {
 	f.logger.Info(why, watermill.LogFields{"rows": ob.rows})
 }
 
+// lockHoldMax bounds how long a locked batch keeps its row locks (and its pooled
+// connection) for its slowest messages: after it the rows still in flight are handed over
+// to an ordinary claim (LockedBatch.Finish with Claim), the rest of the batch commits, and
+// those rows are renewed, completed and failed through the Store like token claims.
+const lockHoldMax = time.Second
+
 // settle waits for the outcomes of a batch's emitted rows (in emission order: all of
 // them are needed before the batch can finish, so one waiter per batch does, not one
 // goroutine per message), then deletes the acked rows and records the failures in the
-// batch's transaction.
+// batch's transaction. Rows still in flight after the hold time are handed over to a
+// claim and settled by settleClaimed.
 func (f *Forwarder) settle(ob *openBatch) error {
 	cfg := &f.cfg
 	counters := &f.counters[0]
 	done := make([]outbox.ID, 0, len(ob.sent))
 	failed := ob.failed
-	timer := time.NewTimer(time.Until(ob.deadline))
-	defer timer.Stop()
-	for _, e := range ob.sent {
-		var acked bool
-		select {
-		case <-e.msg.Acked():
-			acked = true
-		case <-e.msg.Nacked():
-		case <-timer.C:
-			f.rollbackBatch(ob, "Locked batch not acked within ClaimTTL: rolled back; its acked rows may be sent again")
-			return nil
-		case <-f.abandon:
-			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its acked rows may be sent again")
-			return nil
-		}
+	record := func(e emitted, acked bool) {
 		ob.open--
 		counters.inFlight.Add(-1)
 		if acked {
 			done = append(done, e.d.row.ID)
 			counters.sent.Add(1)
 			f.metrics.MessageSent(outbox.Unordered)
-			continue
+			return
 		}
-		attempts := e.d.row.Attempts + 1
-		now := f.now()
-		park := attempts >= cfg.MaxAttempts
-		failed = append(failed, outbox.FailParams{
-			ID: e.d.row.ID, Now: now, Error: e.d.failure(),
-			RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
-		})
-		f.countFailure(outbox.Unordered, park)
-		if park {
-			f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
-				"row_id": e.d.row.ID.String(), "attempts": attempts, "last_error": e.d.failure()})
+		failed = append(failed, f.unorderedFailure(e.d, outbox.Token{}))
+	}
+	timer := time.NewTimer(min(lockHoldMax, cfg.ClaimTTL/4))
+	defer timer.Stop()
+	hold := timer.C
+	var rest []emitted // in flight when the hold time ran out
+wait:
+	for i := 0; i < len(ob.sent); i++ {
+		e := ob.sent[i]
+		select {
+		case <-e.msg.Acked():
+			record(e, true)
+		case <-e.msg.Nacked():
+			record(e, false)
+		case <-hold:
+			if f.isStopping() {
+				// Shutting down: keep the locks; if the messages do not finish before
+				// ShutdownTimeout the rollback makes the rows eligible again at once.
+				hold = nil
+				i--
+				continue
+			}
+			for _, e := range ob.sent[i:] {
+				select {
+				case <-e.msg.Acked():
+					record(e, true)
+				case <-e.msg.Nacked():
+					record(e, false)
+				default:
+					rest = append(rest, e)
+				}
+			}
+			break wait
+		case <-f.abandon:
+			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its acked rows may be sent again")
+			return nil
 		}
 	}
 	f.reportInFlight(outbox.Unordered)
+	p := outbox.FinishParams{Done: done, Failed: failed}
+	if len(rest) > 0 {
+		p.Token, p.Until = outbox.NewToken(), f.now().Add(cfg.ClaimTTL)
+		for _, e := range rest {
+			p.Claim = append(p.Claim, e.d.row.ID)
+		}
+	}
 	fctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL)
 	defer cancel()
-	if err := ob.lb.Finish(fctx, done, failed); err != nil {
+	if err := ob.lb.Finish(fctx, p); err != nil {
 		_ = ob.lb.Rollback()
+		if len(rest) > 0 {
+			counters.inFlight.Add(int64(-len(rest)))
+			f.reportInFlight(outbox.Unordered)
+		}
 		return err
 	}
+	if len(rest) > 0 {
+		f.logger.Debug("Slow messages of a locked batch handed over to a claim", watermill.LogFields{"rows": len(rest)})
+		f.settleClaimed(rest, p.Token, p.Until)
+	}
 	return nil
+}
+
+// settleClaimed waits for the outcomes of handed-over rows, renewing their claim while
+// they wait, and completes or fails each through the completers.
+func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time.Time) {
+	cfg := &f.cfg
+	counters := &f.counters[0]
+	renew := time.NewTicker(cfg.ClaimTTL / 4)
+	defer renew.Stop()
+	settled := func() {
+		counters.inFlight.Add(-1)
+		f.reportInFlight(outbox.Unordered)
+	}
+	for i, e := range rest {
+		for {
+			select {
+			case <-e.msg.Acked():
+				settled()
+				counters.sent.Add(1)
+				f.metrics.MessageSent(outbox.Unordered)
+				f.submit(storeJob{complete: &outbox.CompleteParams{Token: token, IDs: []outbox.ID{e.d.row.ID}, Lane: outbox.Unordered}, until: until})
+			case <-e.msg.Nacked():
+				settled()
+				fp := f.unorderedFailure(e.d, token)
+				f.submit(storeJob{fail: &fp, until: until})
+			case <-renew.C:
+				ids := make([]outbox.ID, 0, len(rest)-i)
+				for _, r := range rest[i:] {
+					ids = append(ids, r.d.row.ID)
+				}
+				now := f.now()
+				next := now.Add(cfg.ClaimTTL)
+				ctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL/4)
+				n, err := f.store.Renew(ctx, outbox.RenewParams{Token: token, IDs: ids, Now: now, Until: next, Lane: outbox.Unordered})
+				cancel()
+				switch {
+				case err != nil:
+					f.logger.Error("Cannot renew the claims of slow unordered rows", err, nil)
+				case n < len(ids):
+					f.logger.Info("Claims of slow unordered rows expired; they may be sent twice", watermill.LogFields{"rows": len(ids) - n})
+					until = next
+				default:
+					until = next
+				}
+				continue
+			case <-f.abandon:
+				counters.inFlight.Add(int64(i - len(rest)))
+				f.reportInFlight(outbox.Unordered)
+				// Give the claims back so that another forwarder takes the rows at once (a
+				// short, bounded try: the shutdown deadline has passed).
+				ids := make([]outbox.ID, 0, len(rest)-i)
+				for _, r := range rest[i:] {
+					ids = append(ids, r.d.row.ID)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				if _, err := f.store.Release(ctx, outbox.ReleaseParams{Token: token, IDs: ids, Now: f.now(), Lane: outbox.Unordered}); err != nil {
+					f.logger.Error("Cannot release the claims of slow unordered rows (they expire)", err, watermill.LogFields{"rows": len(ids)})
+				}
+				cancel()
+				return
+			}
+			break
+		}
+	}
+}
+
+// unorderedFailure is the failure record of a nacked unordered row (parked after
+// MaxAttempts), counted and logged.
+func (f *Forwarder) unorderedFailure(d *delivery, token outbox.Token) outbox.FailParams {
+	cfg := &f.cfg
+	attempts := d.row.Attempts + 1
+	now := f.now()
+	park := attempts >= cfg.MaxAttempts
+	f.countFailure(outbox.Unordered, park)
+	if park {
+		f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
+			"row_id": d.row.ID.String(), "attempts": attempts, "last_error": d.failure()})
+	}
+	return outbox.FailParams{
+		ID: d.row.ID, Token: token, Now: now, Error: d.failure(),
+		RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
+	}
 }
 
 // cursor walks an unordered backlog: after a full batch the next claim starts past its

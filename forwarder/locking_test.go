@@ -302,3 +302,46 @@ func TestLockingFallsBackWithoutBatchLocker(t *testing.T) {
 		}
 	})
 }
+
+// A slow message does not hold its locked batch: after the hold time the rest of the
+// batch commits (its rows deleted while the slow one is still being published) and the
+// slow row moves to a claim that is renewed while it waits, past several ClaimTTLs,
+// without being sent twice; its ack then deletes it.
+func TestLockingSlowMessageHandedOverToClaim(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		requireLocker(t, tb)
+		const n = 20
+		var recs []outbox.Record
+		for i := range n {
+			body := "fast"
+			if i == 3 {
+				body = "slow"
+			}
+			recs = append(recs, tb.row("t", "", body))
+		}
+		tb.insert(t, recs...)
+		release := make(chan struct{})
+		rec := newRecorder()
+		rec.setFail(func(_ string, m *message.Message) error {
+			if string(m.Payload) == "slow" {
+				<-release
+			}
+			return nil
+		})
+		cfg := lockingConfig()
+		cfg.Claimers = 1
+		cfg.ClaimTTL = 400 * time.Millisecond // hold time 100 ms, renewals every 100 ms
+		start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 10*time.Second, "the rest of the batch deleted", func() bool { return tb.rows(t) == 1 })
+		time.Sleep(3 * cfg.ClaimTTL) // the slow row's claim must be renewed, not expire
+		if got := len(rec.got()); got != n-1 {
+			t.Fatalf("%d messages published while the slow one waits, want %d (nothing sent twice)", got, n-1)
+		}
+		close(release)
+		waitFor(t, 10*time.Second, "slow row sent and deleted", func() bool { return len(rec.got()) == n && tb.rows(t) == 0 })
+		time.Sleep(200 * time.Millisecond)
+		if got := len(rec.got()); got != n {
+			t.Fatalf("%d messages for %d rows", got, n)
+		}
+	})
+}

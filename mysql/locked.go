@@ -70,8 +70,8 @@ type lockedBatch struct {
 
 func (b *lockedBatch) Records() []outbox.Record { return b.recs }
 
-// Finish deletes done and records failed in the batch's transaction, then commits.
-func (b *lockedBatch) Finish(ctx context.Context, done []outbox.ID, failed []outbox.FailParams) error {
+// Finish deletes, fails and hands over claims in the batch's transaction, then commits.
+func (b *lockedBatch) Finish(ctx context.Context, p outbox.FinishParams) error {
 	if b.tx == nil {
 		if b.s == nil {
 			return ctx.Err() // empty batch: nothing to do
@@ -80,7 +80,11 @@ func (b *lockedBatch) Finish(ctx context.Context, done []outbox.ID, failed []out
 	}
 	tx := b.tx
 	b.tx = nil
-	if err := b.finish(ctx, tx, done, failed); err != nil {
+	if len(p.Claim) > 0 && (p.Token.IsZero() || p.Until.IsZero()) {
+		_ = tx.Rollback()
+		return errors.New("mysql: finish batch: Claim needs a non-zero Token and an Until")
+	}
+	if err := b.finish(ctx, tx, p); err != nil {
 		_ = tx.Rollback()
 		return wrapErr("finish batch", err)
 	}
@@ -90,18 +94,36 @@ func (b *lockedBatch) Finish(ctx context.Context, done []outbox.ID, failed []out
 	return nil
 }
 
-func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, done []outbox.ID, failed []outbox.FailParams) error {
+func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, p outbox.FinishParams) error {
 	in := make(map[outbox.ID]struct{}, len(b.recs))
 	for i := range b.recs {
 		in[b.recs[i].ID] = struct{}{}
 	}
-	ids := make([]outbox.ID, 0, len(done))
-	for _, id := range done {
-		if _, ok := in[id]; ok {
-			ids = append(ids, id)
+	inBatch := func(list []outbox.ID) []outbox.ID {
+		ids := make([]outbox.ID, 0, len(list))
+		for _, id := range list {
+			if _, ok := in[id]; ok {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	if ids := inBatch(p.Claim); len(ids) > 0 {
+		until, err := timeArg(p.Until)
+		if err != nil {
+			return fmt.Errorf("Until: %w", err)
+		}
+		q := make([]byte, 0, len(b.s.q.setClaim)+len(ids)*36+32)
+		q = append(q, b.s.q.setClaim...)
+		q = appendIDList(q, ids)
+		q = append(q, ") ORDER BY id LIMIT "...)
+		q = strconv.AppendInt(q, int64(len(ids)), 10)
+		if _, err := execB(ctx, tx, string(q), p.Token[:], until); err != nil {
+			return err
 		}
 	}
-	if len(ids) > 0 {
+	failed := p.Failed
+	if ids := inBatch(p.Done); len(ids) > 0 {
 		q := make([]byte, 0, len(b.s.q.lockedDelete)+len(ids)*36+1)
 		q = append(q, b.s.q.lockedDelete...)
 		q = appendIDList(q, ids)

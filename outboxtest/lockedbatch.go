@@ -19,6 +19,7 @@ func lockedBatchTests() []subtest {
 		{"CancelledContextChangesNothing", testLockedBatchCancelled},
 		{"Empty", testLockedBatchEmpty},
 		{"AfterCursor", testLockedBatchAfter},
+		{"FinishHandsOverClaims", testLockedBatchHandover},
 	}
 }
 
@@ -144,12 +145,12 @@ func testLockedBatchFinish(t *testing.T, h Harness) {
 	fnow := at(2 * time.Second)
 	retry := at(5*time.Minute + 3*us)
 	msg := "boom: ünïcødé ✓ 'quoted' \"double\" `back`"
-	err := b.Finish(e.ctx, []outbox.ID{recs[0].ID, outside.ID}, []outbox.FailParams{
+	err := b.Finish(e.ctx, outbox.FinishParams{Done: []outbox.ID{recs[0].ID, outside.ID}, Failed: []outbox.FailParams{
 		{ID: recs[1].ID, Now: fnow, Error: msg, Token: outbox.NewToken(), Lane: 3},
 		{ID: recs[2].ID, Now: fnow, Error: "later", RetryAt: retry},
 		{ID: recs[3].ID, Now: fnow, Error: "poison", Park: true},
 		{ID: outside.ID, Now: fnow, Error: "not in the batch", Park: true},
-	})
+	}})
 	if err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
@@ -223,7 +224,7 @@ func testLockedBatchCancelled(t *testing.T, h Harness) {
 	b := e.lockBatch(bl, ctx, 2, now)
 	sameIDs(t, "batch", ids(b.Records()), idsOf(recs[:2]...))
 	cancel()
-	if err := b.Finish(e.ctx, idsOf(recs[0]), fail); err == nil {
+	if err := b.Finish(e.ctx, outbox.FinishParams{Done: idsOf(recs[0]), Failed: fail}); err == nil {
 		t.Fatalf("Finish after the batch's context was cancelled = nil, want an error")
 	}
 	if err := b.Rollback(); err != nil {
@@ -239,7 +240,7 @@ func testLockedBatchCancelled(t *testing.T, h Harness) {
 	}
 	cctx, ccancel := context.WithCancel(e.ctx)
 	ccancel()
-	if err := b2.Finish(cctx, idsOf(got2[0]), []outbox.FailParams{{ID: got2[1].ID, Now: now, Error: "y", Park: true}}); err == nil {
+	if err := b2.Finish(cctx, outbox.FinishParams{Done: idsOf(got2[0]), Failed: []outbox.FailParams{{ID: got2[1].ID, Now: now, Error: "y", Park: true}}}); err == nil {
 		t.Fatalf("Finish with a cancelled context = nil, want an error")
 	}
 	rollback(t, b2)
@@ -264,7 +265,7 @@ func testLockedBatchEmpty(t *testing.T, h Harness) {
 	if len(b.Records()) != 0 {
 		t.Fatalf("batch over an empty table = %d rows", len(b.Records()))
 	}
-	if err := b.Finish(e.ctx, []outbox.ID{outbox.NewID()}, nil); err != nil {
+	if err := b.Finish(e.ctx, outbox.FinishParams{Done: []outbox.ID{outbox.NewID()}}); err != nil {
 		t.Fatalf("Finish of an empty batch: %v", err)
 	}
 	rollback(t, b)
@@ -276,7 +277,7 @@ func testLockedBatchEmpty(t *testing.T, h Harness) {
 		t.Fatalf("batch with only a row not due = %d rows", len(b.Records()))
 	}
 	rollback(t, b)
-	if err := b.Finish(e.ctx, nil, nil); err != nil {
+	if err := b.Finish(e.ctx, outbox.FinishParams{}); err != nil {
 		t.Fatalf("Finish of an empty batch after Rollback: %v", err)
 	}
 }
@@ -299,4 +300,39 @@ func testLockedBatchAfter(t *testing.T, h Harness) {
 	rollback(t, b)
 	b = e.lockBatchAfter(bl, e.ctx, 2, at(0), outbox.ID{})
 	sameIDs(t, "LockBatch from the start", ids(b.Records()), ids(recs[:2]))
+}
+
+// Finish with Claim commits the batch and leaves the listed rows claimed by the given
+// token: the claim is live (Renew finds it, Claim skips it), completes through the Store,
+// and expires like any claim; a row of the batch in no list is eligible at once.
+func testLockedBatchHandover(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	var recs []outbox.Record
+	for range 3 {
+		recs = append(recs, NewRecord(at(0)))
+	}
+	e.insert(recs...)
+	now := at(time.Second)
+	b := e.lockBatch(bl, e.ctx, 10, now)
+	if err := b.Finish(e.ctx, outbox.FinishParams{Claim: idsOf(recs[1])}); err == nil {
+		t.Fatal("Finish with Claim and a zero Token: no error")
+	}
+	b = e.lockBatch(bl, e.ctx, 10, now)
+	tok, until := outbox.NewToken(), at(time.Minute)
+	if err := b.Finish(e.ctx, outbox.FinishParams{Done: idsOf(recs[0]), Claim: idsOf(recs[1]), Token: tok, Until: until}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	got := e.read(outbox.Unordered, outbox.ID{}, at(2*time.Hour), 10)
+	sameIDs(t, "rows after Finish", ids(got), idsOf(recs[1], recs[2]))
+	want := stored(recs[1])
+	want.ClaimToken, want.ClaimExpiresAt = tok, until
+	checkRecord(t, "handed-over row", got[0], want)
+	checkRecord(t, "row in no list", got[1], stored(recs[2]))
+	_, claimed := e.claimUnordered(10, at(2*time.Second), at(3*time.Second))
+	sameIDs(t, "claim while the hand-over claim lives", ids(claimed), idsOf(recs[2]))
+	n, err := e.store.Renew(e.ctx, outbox.RenewParams{Token: tok, Now: at(3 * time.Second), Until: at(2 * time.Minute), Lane: outbox.Unordered})
+	wantN(t, "Renew of the handed-over claim", n, err, 1)
+	n, err = e.store.Complete(e.ctx, outbox.CompleteParams{Token: tok, IDs: idsOf(recs[1]), Now: at(4 * time.Second), Lane: outbox.Unordered})
+	wantN(t, "Complete of the handed-over claim", n, err, 1)
 }

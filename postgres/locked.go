@@ -69,8 +69,8 @@ type lockedBatch struct {
 
 func (b *lockedBatch) Records() []outbox.Record { return b.recs }
 
-// Finish deletes done and records failed in the batch's transaction, then commits.
-func (b *lockedBatch) Finish(ctx context.Context, done []outbox.ID, failed []outbox.FailParams) error {
+// Finish deletes, fails and hands over claims in the batch's transaction, then commits.
+func (b *lockedBatch) Finish(ctx context.Context, p outbox.FinishParams) error {
 	if b.tx == nil {
 		if b.s == nil {
 			return ctx.Err() // empty batch: nothing to do
@@ -79,29 +79,42 @@ func (b *lockedBatch) Finish(ctx context.Context, done []outbox.ID, failed []out
 	}
 	tx := b.tx
 	b.tx = nil
-	if err := b.finish(ctx, tx, done, failed); err != nil {
+	if len(p.Claim) > 0 && (p.Token.IsZero() || p.Until.IsZero()) {
+		_ = tx.Rollback()
+		return invalid("finish batch", "Claim needs a non-zero Token and an Until")
+	}
+	if err := b.finish(ctx, tx, p); err != nil {
 		_ = tx.Rollback()
 		return wrap("finish batch", err)
 	}
 	return wrap("finish batch", tx.Commit())
 }
 
-func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, done []outbox.ID, failed []outbox.FailParams) error {
+func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, p outbox.FinishParams) error {
 	in := make(map[outbox.ID]struct{}, len(b.recs))
 	for i := range b.recs {
 		in[b.recs[i].ID] = struct{}{}
 	}
-	ids := make([]outbox.ID, 0, len(done))
-	for _, id := range done {
-		if _, ok := in[id]; ok {
-			ids = append(ids, id)
+	inBatch := func(list []outbox.ID) []outbox.ID {
+		ids := make([]outbox.ID, 0, len(list))
+		for _, id := range list {
+			if _, ok := in[id]; ok {
+				ids = append(ids, id)
+			}
 		}
+		return ids
 	}
-	if len(ids) > 0 {
+	if ids := inBatch(p.Done); len(ids) > 0 {
 		if _, err := tx.ExecContext(ctx, b.s.q.lockedDelete, idArgs(ids)); err != nil {
 			return err
 		}
 	}
+	if ids := inBatch(p.Claim); len(ids) > 0 {
+		if _, err := tx.ExecContext(ctx, b.s.q.lockedClaim, p.Token[:], p.Until, idArgs(ids)); err != nil {
+			return err
+		}
+	}
+	failed := p.Failed
 	for i := range failed {
 		f := &failed[i]
 		if _, ok := in[f.ID]; !ok {

@@ -49,7 +49,7 @@ type queries struct {
 
 	// A locked batch (BatchLocker): the unordered claim's locking read without the
 	// claim, and its delete and failure of rows whose locks it holds.
-	lockUnordered, lockedDelete, lockedFail string
+	lockUnordered, lockedDelete, lockedFail, lockedClaim string
 
 	// indexed by variant: bit 0 = with ids, bit 1 = fenced by a lane lease
 	renew   [4]string
@@ -127,6 +127,7 @@ func newQueries(n names) *queries {
 	q.lockUnordered = `SELECT ` + selectColumns + ` FROM ` + t + ` AS s WHERE s.lane IS NULL AND s.id > $3 AND ` + eligible("s", "$1") +
 		` ORDER BY s.id LIMIT $2 FOR UPDATE SKIP LOCKED`
 	q.lockedDelete = `DELETE FROM ` + t + ` WHERE id = ANY($1::bytea[])`
+	q.lockedClaim = `UPDATE ` + t + ` SET claim_token = $1, claim_expires_at = $2 WHERE id = ANY($3::bytea[])`
 	// $1 id, $2 error, $3 retry at (NULL keeps deliver_at), $4 park.
 	q.lockedFail = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, ` +
 		`deliver_at = COALESCE($3::timestamptz, deliver_at), status = CASE WHEN $4::boolean THEN 'parked' ELSE status END ` +

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,7 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 	workers := forwarder.InFlightDefault
 	for _, b := range brokers {
 		for run := 0; run < cfg.runs; run++ {
-			var raw, ours float64
+			var raw, ours, locking float64
 			measureRaw := func() error {
 				pub, topic, cleanup, err := b.setup(run)
 				if err != nil {
@@ -61,7 +62,7 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 				raw, err = rawPublish(pub, topic, n, workers)
 				return err
 			}
-			measureOurs := func() error {
+			measureOurs := func(cfg forwarder.Config, rate *float64) error {
 				pub, topic, cleanup, err := b.setup(run)
 				if err != nil {
 					return err
@@ -76,22 +77,27 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 					return err
 				}
 				cp := &countingPublisher{next: pub}
-				ours, err = runOurs(ctx, t, forwarder.Config{}, 1, cp, cp.Count, n, 5*time.Minute)
+				*rate, err = runOurs(ctx, t, cfg, 1, cp, cp.Count, n, 5*time.Minute)
 				return err
 			}
-			first, second := measureRaw, measureOurs
+			steps := []func() error{
+				measureRaw,
+				func() error { return measureOurs(forwarder.Config{}, &ours) },
+				func() error { return measureOurs(forwarder.Config{UnorderedLocking: true}, &locking) },
+			}
 			if run%2 == 1 {
-				first, second = second, first
+				slices.Reverse(steps)
 			}
-			if err := first(); err != nil {
-				return fmt.Errorf("%s: %w", b.name, err)
-			}
-			if err := second(); err != nil {
-				return fmt.Errorf("%s: %w", b.name, err)
+			for _, step := range steps {
+				if err := step(); err != nil {
+					return fmt.Errorf("%s: %w", b.name, err)
+				}
 			}
 			sec.add(b.name+"/raw_msgs_per_s", b.name+": raw concurrent Publish ("+fmt.Sprint(workers)+" goroutines)", "msgs/s", raw)
 			sec.add(b.name+"/ours_msgs_per_s", b.name+": ours (forwarder, default Config, InFlight "+fmt.Sprint(workers)+")", "msgs/s", ours)
 			sec.add(b.name+"/ratio_ours_raw", b.name+": ours / raw", "ratio", ours/raw)
+			sec.add(b.name+"/ours_locking_msgs_per_s", b.name+": ours (forwarder, UnorderedLocking)", "msgs/s", locking)
+			sec.add(b.name+"/ratio_ours_locking_raw", b.name+": ours UnorderedLocking / raw", "ratio", locking/raw)
 		}
 	}
 	sec.note("RabbitMQ: watermill-amqp v2 NewDurableQueueConfig, ChannelPoolSize %d, ConfirmDelivery, queue declared first. "+
