@@ -24,7 +24,16 @@
 // the store's SKIP LOCKED / READPAST claim, so any number of forwarders share them.
 // Claimers loops claim concurrently, sharing a window of InFlight messages in flight;
 // acks are coalesced into batched deletes (after CompleteDelay or when a batch fills);
-// claims of rows still in flight are renewed before ClaimTTL runs out.
+// claims of rows still in flight are renewed before ClaimTTL runs out. A claimer walks a
+// backlog with an ID cursor (after a full batch the next claim starts past it) and starts
+// from the beginning again at least every PollInterval and after a batch that was not
+// full, so rows behind the cursor (retries, late commits, expired claims) are found.
+//
+// With UnorderedLocking (and a store implementing outbox.BatchLocker) a claimer locks a
+// batch in an open transaction instead of writing a token to every row, and deletes the
+// sent rows and records the failures in that transaction, with a few batches open at
+// once; rows still in flight after a short hold time are handed over to an ordinary
+// claim so that a slow message never holds a batch's locks for long.
 //
 // # Ordered lanes
 //
@@ -69,7 +78,9 @@
 // at once. Polling finds everything else (other processes' commits, rows of crashed
 // writers, expired claims, scheduled rows coming due) every PollInterval while rows
 // keep coming, backing off to MaxPollInterval when idle. A dropped wake-up only delays a
-// row until the next poll.
+// row until the next poll. Lanes are polled through a scout: one store.PendingLanes
+// probe finds the lanes holding rows and wakes their workers, and workers of empty lanes
+// do not poll at all.
 //
 // # Shutdown
 //
