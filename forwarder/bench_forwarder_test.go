@@ -285,7 +285,8 @@ func rss() uint64 {
 }
 
 // BenchmarkDrain: a backlog of unordered rows drained into a no-op publisher by the
-// forwarder (default Config, a larger claim/in-flight window, and UnorderedLocking)
+// forwarder (default Config, a larger claim/in-flight window, and UnorderedLocking with
+// the default and the larger window)
 // against the hand-written SKIP LOCKED claim + batch delete loop on the same database.
 // Reports rows/s of each, their ratios (goal >= 0.8), allocations and bytes per
 // forwarded message (of the default Config).
@@ -294,7 +295,7 @@ func BenchmarkDrain(b *testing.B) {
 	for _, e := range engines {
 		b.Run(e.name, func(b *testing.B) {
 			db, _ := e.open(b)
-			var base, def, big, locked, ratio, ratio500, ratioLocked, allocs, bytes []float64
+			var base, def, big, locked, locked500, ratio, ratio500, ratioLocked, ratioLocked500, allocs, bytes []float64
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < benchRounds(); r++ {
 					fresh := func() (*chaos.NopPublisher, outbox.Store) {
@@ -328,6 +329,12 @@ func BenchmarkDrain(b *testing.B) {
 							locked = append(locked, forwarderDrain(b, e, db, st, forwarder.Config{UnorderedLocking: true}, nop, nop.Count, n).rate)
 							quiesce(b, e, db, st.Options())
 						},
+						func() {
+							nop, st := fresh()
+							cfg := forwarder.Config{UnorderedLocking: true, ClaimBatch: 500, InFlight: 2000}
+							locked500 = append(locked500, forwarderDrain(b, e, db, st, cfg, nop, nop.Count, n).rate)
+							quiesce(b, e, db, st.Options())
+						},
 					}
 					if r%2 == 1 {
 						slices.Reverse(runs)
@@ -338,6 +345,7 @@ func BenchmarkDrain(b *testing.B) {
 					ratio = append(ratio, def[len(def)-1]/base[len(base)-1])
 					ratio500 = append(ratio500, big[len(big)-1]/base[len(base)-1])
 					ratioLocked = append(ratioLocked, locked[len(locked)-1]/base[len(base)-1])
+					ratioLocked500 = append(ratioLocked500, locked500[len(locked500)-1]/base[len(base)-1])
 				}
 			}
 			b.ReportMetric(median(base), "baseline_rows/s")
@@ -347,11 +355,13 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(median(ratio500), "ratio500")
 			b.ReportMetric(median(locked), "fwdlocked_rows/s")
 			b.ReportMetric(median(ratioLocked), "ratio_locked")
+			b.ReportMetric(median(locked500), "fwdlocked500_rows/s")
+			b.ReportMetric(median(ratioLocked500), "ratio_locked500")
 			b.ReportMetric(median(allocs), "allocs/msg")
 			b.ReportMetric(median(bytes), "B/msg")
 			b.ReportMetric(0, "ns/op")
-			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v, forwarder UnorderedLocking %v rows/s",
-				e.name, rounded(base), rounded(def), rounded(big), rounded(locked))
+			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v, forwarder UnorderedLocking %v, UnorderedLocking 500/2000 %v rows/s",
+				e.name, rounded(base), rounded(def), rounded(big), rounded(locked), rounded(locked500))
 		})
 	}
 }

@@ -39,6 +39,7 @@ func drainSection(ctx context.Context, e *engine, cfg config, sec *section) erro
 	for run := 0; run < cfg.runs; run++ {
 		rate := map[string]float64{}
 		measure := func(name string, fn func() (float64, error)) error {
+			e.quiesce(ctx)
 			r, err := fn()
 			if errors.Is(err, errDeadline) {
 				partial[name]++

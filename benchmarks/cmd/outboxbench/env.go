@@ -232,3 +232,21 @@ func (w *wmTables) drop() {
 	_, _ = w.e.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+w.messagesTable())
 	_, _ = w.e.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+w.offsetsTable())
 }
+
+// quiesce waits until the database has no background work left from the previous
+// contender (MariaDB/MySQL: the purge of deleted rows' undo history, which would
+// otherwise slow down whoever runs next), for at most a minute.
+func (e *engine) quiesce(ctx context.Context) {
+	if e.name != "mysql" {
+		return
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var n int64
+		err := e.db.QueryRowContext(ctx, `SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'`).Scan(&n)
+		if err != nil || n < 1000 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
