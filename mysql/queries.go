@@ -53,7 +53,7 @@ func newQueries(n names) *queries {
 	q.readLane = fmt.Sprintf(`SELECT %s FROM %s WHERE lane = ? AND id > ? AND %s ORDER BY id LIMIT ?`,
 		recordColumns, n.outbox, eligibleWhere)
 
-	q.anyUnordered = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane IS NULL AND id > ? AND %s ORDER BY id LIMIT 1`, n.outbox, eligibleWhere)
+	q.anyUnordered = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane IS NULL AND id > ? AND %s LIMIT 1`, n.outbox, eligibleWhere)
 	q.claimUnordered = fmt.Sprintf(`SELECT %s FROM %s WHERE lane IS NULL AND id > ? AND %s ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
 		recordColumns, n.outbox, eligibleWhere)
 	q.claimLaneLocked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
