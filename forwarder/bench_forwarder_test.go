@@ -286,7 +286,7 @@ func rss() uint64 {
 
 // BenchmarkDrain: a backlog of unordered rows drained into a no-op publisher by the
 // forwarder (default Config, a larger claim/in-flight window, and UnorderedLocking with
-// the default and the larger window)
+// its defaults, 500/2000, and with the token defaults, 250/1000)
 // against the hand-written SKIP LOCKED claim + batch delete loop on the same database.
 // Reports rows/s of each, their ratios (goal >= 0.8), allocations and bytes per
 // forwarded message (of the default Config).
@@ -331,7 +331,7 @@ func BenchmarkDrain(b *testing.B) {
 						},
 						func() {
 							nop, st := fresh()
-							cfg := forwarder.Config{UnorderedLocking: true, ClaimBatch: 500, InFlight: 2000}
+							cfg := forwarder.Config{UnorderedLocking: true, ClaimBatch: forwarder.ClaimBatchDefault, InFlight: forwarder.InFlightDefault}
 							locked500 = append(locked500, forwarderDrain(b, e, db, st, cfg, nop, nop.Count, n).rate)
 							quiesce(b, e, db, st.Options())
 						},
@@ -355,12 +355,12 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(median(ratio500), "ratio500")
 			b.ReportMetric(median(locked), "fwdlocked_rows/s")
 			b.ReportMetric(median(ratioLocked), "ratio_locked")
-			b.ReportMetric(median(locked500), "fwdlocked500_rows/s")
-			b.ReportMetric(median(ratioLocked500), "ratio_locked500")
+			b.ReportMetric(median(locked500), "fwdlocked250_rows/s")
+			b.ReportMetric(median(ratioLocked500), "ratio_locked250")
 			b.ReportMetric(median(allocs), "allocs/msg")
 			b.ReportMetric(median(bytes), "B/msg")
 			b.ReportMetric(0, "ns/op")
-			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v, forwarder UnorderedLocking %v, UnorderedLocking 500/2000 %v rows/s",
+			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v, forwarder UnorderedLocking (500/2000) %v, UnorderedLocking 250/1000 %v rows/s",
 				e.name, rounded(base), rounded(def), rounded(big), rounded(locked), rounded(locked500))
 		})
 	}

@@ -33,6 +33,14 @@ const (
 	ShutdownTimeoutDefault = 10 * time.Second
 	StatsIntervalDefault   = 5 * time.Second
 	CompleteDelayDefault   = 2 * time.Millisecond
+
+	// With UnorderedLocking a batch costs no per-row claim, so its fixed cost (a
+	// transaction) weighs more: larger batches and window drained 10-15 % faster in
+	// BenchmarkDrain (100,000 rows; 1.11 against 1.00 of the hand-written loop on
+	// MariaDB, 0.83 against 0.72 on PostgreSQL). They apply to zero ClaimBatch and
+	// InFlight when UnorderedLocking is set.
+	LockedClaimBatchDefault = 500
+	LockedInFlightDefault   = 2000
 )
 
 // Config configures a Forwarder. It is passed by value; zero fields take the XxxDefault
@@ -45,10 +53,12 @@ type Config struct {
 	// the forwarders of one table; the default is host-pid-random.
 	Owner string
 
-	// ClaimBatch bounds the unordered rows taken by one claim.
+	// ClaimBatch bounds the unordered rows taken by one claim (default ClaimBatchDefault,
+	// LockedClaimBatchDefault with UnorderedLocking).
 	ClaimBatch int
 	// InFlight is the window of unordered messages handed to the handler and not yet
-	// acked or nacked. Target publishers batch or pipeline within it.
+	// acked or nacked (default InFlightDefault, LockedInFlightDefault with
+	// UnorderedLocking). Target publishers batch or pipeline within it.
 	InFlight int
 	// Claimers is the number of unordered claim loops, each with its share of InFlight;
 	// more than one keeps a claim on the wire while another batch is being emitted.
@@ -141,6 +151,10 @@ func (c *Config) setDefaults() {
 	}
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
+	}
+	if c.UnorderedLocking {
+		setInt(&c.ClaimBatch, LockedClaimBatchDefault)
+		setInt(&c.InFlight, LockedInFlightDefault)
 	}
 	setInt(&c.ClaimBatch, ClaimBatchDefault)
 	setInt(&c.InFlight, InFlightDefault)

@@ -19,6 +19,26 @@ import (
 	"github.com/relayer-go/watermill-outbox/headercodec"
 )
 
+// Zero ClaimBatch and InFlight take the token defaults, or the larger locked-batch
+// defaults with UnorderedLocking; set values are kept.
+func TestConfigDefaultsFollowUnorderedLocking(t *testing.T) {
+	for _, c := range []struct {
+		in          Config
+		batch, wind int
+	}{
+		{Config{}, ClaimBatchDefault, InFlightDefault},
+		{Config{UnorderedLocking: true}, LockedClaimBatchDefault, LockedInFlightDefault},
+		{Config{UnorderedLocking: true, ClaimBatch: 100}, 100, LockedInFlightDefault},
+		{Config{UnorderedLocking: true, InFlight: 300}, LockedClaimBatchDefault, 300},
+	} {
+		got := c.in
+		got.setDefaults()
+		if got.ClaimBatch != c.batch || got.InFlight != c.wind {
+			t.Errorf("%+v: ClaimBatch %d InFlight %d, want %d %d", c.in, got.ClaimBatch, got.InFlight, c.batch, c.wind)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	var c Config
 	c.setDefaults()
@@ -579,4 +599,39 @@ func TestRunStandalone(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A claimer walks a backlog with an ID cursor; a row committed late with an ID below the
+// cursor (its transaction began before the others committed) is still found: the claim
+// after a batch that was not full starts from the beginning again. PollInterval is an
+// hour, so no periodic sweep can be what finds it. Both unordered claim modes.
+func TestUnorderedCursorFindsLateLowerIDs(t *testing.T) {
+	for _, locking := range []bool{false, true} {
+		t.Run(fmt.Sprintf("UnorderedLocking=%v", locking), func(t *testing.T) {
+			forEachDialect(t, func(t *testing.T, tb *table) {
+				late := tb.row("t", "", "late") // its ID is older than every row below
+				const n = 200
+				var recs []outbox.Record
+				for range n {
+					recs = append(recs, tb.row("t", "", "x"))
+				}
+				tb.insert(t, recs...)
+				rec := newRecorder()
+				rec.setFail(func(string, *message.Message) error {
+					time.Sleep(time.Millisecond) // let the walk take a while
+					return nil
+				})
+				cfg := fastConfig()
+				cfg.DisableOrdered = true
+				cfg.UnorderedLocking = locking
+				cfg.Claimers, cfg.ClaimBatch, cfg.InFlight = 1, 10, 20
+				cfg.PollInterval, cfg.MaxPollInterval = time.Hour, time.Hour
+				f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+				waitFor(t, 20*time.Second, "walk past the late row's ID", func() bool { return len(rec.got()) >= 50 })
+				tb.insert(t, late)
+				f.Notify(outbox.Commit{Unordered: 1})
+				waitFor(t, 20*time.Second, "every row sent, the late one too", func() bool { return len(rec.got()) >= n+1 && tb.rows(t) == 0 })
+			})
+		})
+	}
 }
