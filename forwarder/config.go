@@ -76,7 +76,9 @@ type Config struct {
 	LeaseTTL time.Duration
 
 	// PollInterval is the delay between polls while rows keep coming; empty polls double
-	// it up to MaxPollInterval. A Notify wakes the forwarder at once.
+	// it up to MaxPollInterval. A Notify wakes the forwarder at once. It is also the
+	// longest an unordered claimer walks a backlog with its ID cursor before it claims
+	// from the beginning again, and the lane scout's interval after a lane received rows.
 	PollInterval    time.Duration
 	MaxPollInterval time.Duration
 
