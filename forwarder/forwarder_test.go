@@ -635,3 +635,27 @@ func TestUnorderedCursorFindsLateLowerIDs(t *testing.T) {
 		})
 	}
 }
+
+// A notified commit of more rows than LaneBatch into a lane the scout last saw empty is
+// sent run after run without waiting for the scout's next probe: the scout's flag gates
+// only idle polls, not a worker that keeps finding rows.
+func TestLaneWorkerKeepsClaimingPastTheScout(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		rec := newRecorder()
+		cfg := fastConfig()
+		cfg.DisableUnordered = true
+		cfg.PollInterval, cfg.MaxPollInterval = 10*time.Millisecond, time.Hour
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 5*time.Second, "lanes held", func() bool { return len(f.Stats().HeldLanes) == tb.opts.Lanes })
+		time.Sleep(2600 * time.Millisecond) // the idle scout now sleeps for seconds between probes
+		key := keyInLane(3, tb.opts.Lanes, 0)
+		const n = 100 // > LaneBatch (16): several claimed runs
+		var recs []outbox.Record
+		for range n {
+			recs = append(recs, tb.row("t", key, "o"))
+		}
+		tb.insert(t, recs...)
+		f.Notify(outbox.Commit{Lanes: []int{recs[0].Lane}})
+		waitFor(t, 2*time.Second, "every row of the notified lane sent", func() bool { return len(rec.got()) == n })
+	})
+}

@@ -377,7 +377,11 @@ func (f *Forwarder) runLane(h *laneHold) {
 		notBefore time.Time // a failed head is due again then (Config.Now's clock)
 		idle      = cfg.PollInterval
 		errDelay  = cfg.PollInterval
-		woken     bool // a wake-up arrived since the last claim: claim whatever the scout says
+		// The scout's flag gates only idle polls: after a wake-up, a claim that took rows
+		// or failed, the worker claims again whatever the flag says (the scout may not
+		// have seen a lane's new rows yet); after a woken claim that found nothing, once
+		// more (a lagging snapshot).
+		woken bool
 	)
 	log := func(msg string, err error, extra watermill.LogFields) {
 		fields := watermill.LogFields{"lane": lane}.Add(extra)
@@ -488,7 +492,8 @@ func (f *Forwarder) runLane(h *laneHold) {
 				}
 				continue
 			}
-			woken = false
+			wasWoken := woken
+			woken = true // until a claim finds nothing (below)
 			token := outbox.NewToken()
 			until := now.Add(claimTTL)
 			recs, err := f.store.Claim(h.ctx, outbox.ClaimParams{
@@ -508,6 +513,7 @@ func (f *Forwarder) runLane(h *laneHold) {
 			}
 			errDelay = cfg.PollInterval
 			if len(recs) == 0 {
+				woken = wasWoken && idle == cfg.PollInterval // one more look right after a wake-up
 				d := idle
 				idle = min(2*idle, cfg.MaxPollInterval)
 				if !pause(d) {
@@ -787,7 +793,9 @@ func (f *Forwarder) runLaneScout() {
 			}
 			f.logger.Error("Cannot look for lanes with pending rows; every lane worker polls its lane", err, nil)
 			for i := range f.lanePending {
-				f.lanePending[i].Store(true)
+				if !f.lanePending[i].Swap(true) && f.held[i].Load() {
+					wake(f.laneWake[i])
+				}
 			}
 			interval = cfg.PollInterval
 		} else {

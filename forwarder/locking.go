@@ -294,22 +294,45 @@ func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time
 				}
 				continue
 			case <-f.abandon:
-				counters.inFlight.Add(int64(i - len(rest)))
-				f.reportInFlight(outbox.Unordered)
-				// Give the claims back so that another forwarder takes the rows at once (a
-				// short, bounded try: the shutdown deadline has passed).
-				ids := make([]outbox.ID, 0, len(rest)-i)
-				for _, r := range rest[i:] {
-					ids = append(ids, r.d.row.ID)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				if _, err := f.store.Release(ctx, outbox.ReleaseParams{Token: token, IDs: ids, Now: f.now(), Lane: outbox.Unordered}); err != nil {
-					f.logger.Error("Cannot release the claims of slow unordered rows (they expire)", err, watermill.LogFields{"rows": len(ids)})
-				}
-				cancel()
+				f.abandonClaimed(rest[i:], token)
 				return
 			}
 			break
+		}
+	}
+}
+
+// abandonClaimed settles handed-over rows still open when the shutdown deadline has
+// passed, in one short bounded try (Close may overrun ShutdownTimeout by up to a
+// second for it): rows whose messages were acked meanwhile are deleted, the others'
+// claims are given back so that another forwarder takes them at once. What the try
+// does not finish, the claims' expiry does (the rows are sent again).
+func (f *Forwarder) abandonClaimed(rest []emitted, token outbox.Token) {
+	counters := &f.counters[0]
+	counters.inFlight.Add(int64(-len(rest)))
+	f.reportInFlight(outbox.Unordered)
+	var acked, open []outbox.ID
+	for _, e := range rest {
+		select {
+		case <-e.msg.Acked():
+			acked = append(acked, e.d.row.ID)
+			counters.sent.Add(1)
+			f.metrics.MessageSent(outbox.Unordered)
+		default:
+			open = append(open, e.d.row.ID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	now := f.now()
+	if len(acked) > 0 {
+		if _, err := f.store.Complete(ctx, outbox.CompleteParams{Token: token, IDs: acked, Now: now, Lane: outbox.Unordered}); err != nil {
+			f.logger.Error("Cannot delete acked slow unordered rows at shutdown (they are sent again)", err, watermill.LogFields{"rows": len(acked)})
+		}
+	}
+	if len(open) > 0 {
+		if _, err := f.store.Release(ctx, outbox.ReleaseParams{Token: token, IDs: open, Now: now, Lane: outbox.Unordered}); err != nil {
+			f.logger.Error("Cannot release the claims of slow unordered rows (they expire)", err, watermill.LogFields{"rows": len(open)})
 		}
 	}
 }

@@ -184,7 +184,6 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 				}
 				batches[b.token] = b
 				b.waiting = len(recs)
-				sent := make([]emitted, 0, len(recs))
 				for i := range recs {
 					if f.isStopping() {
 						// Shutting down: give the rows not emitted yet back at once.
@@ -212,10 +211,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 						f.releaseUnordered(b.token, recs[i:])
 						return
 					}
-					sent = append(sent, emitted{msg: msg, d: d})
-				}
-				if len(sent) > 0 {
-					go f.watchUnordered(sent, b, results)
+					go f.watchUnordered(msg, d, b, results)
 				}
 				f.reportInFlight(outbox.Unordered)
 				if b.open == 0 {
@@ -288,16 +284,12 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	}
 }
 
-// watchUnordered reports the outcomes of a batch's emitted messages in emission order:
-// one goroutine per batch, not per message (an outcome reported late only delays its
-// coalesced delete; the claims stay renewed meanwhile).
-func (f *Forwarder) watchUnordered(sent []emitted, b *uBatch, results chan<- uResult) {
-	for _, e := range sent {
-		acked, ok := f.watch(e.msg)
-		if !ok {
-			return
-		}
-		results <- uResult{batch: b, d: e.d, acked: acked}
+// watchUnordered reports the outcome of one emitted message. One watcher per message,
+// not per batch: a slow message must not hold back the reports (window room, deletes)
+// of the messages emitted after it.
+func (f *Forwarder) watchUnordered(msg *message.Message, d *delivery, b *uBatch, results chan<- uResult) {
+	if acked, ok := f.watch(msg); ok {
+		results <- uResult{batch: b, d: d, acked: acked}
 	}
 }
 

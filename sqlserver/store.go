@@ -410,8 +410,8 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 // PendingLanes walks the lanes holding pending rows, one index seek per lane found.
 func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 	var lanes []int
-	for after := int64(-1); ; {
-		var next sql.NullInt64
+	for after := int32(-1); ; {
+		var next sql.NullInt32
 		err := retry(ctx, func() error {
 			return s.db.QueryRowContext(ctx, s.q.nextPendingLane, named("after", after)).Scan(&next)
 		})
@@ -421,8 +421,8 @@ func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 		if !next.Valid {
 			return lanes, nil
 		}
-		lanes = append(lanes, int(next.Int64))
-		after = next.Int64
+		lanes = append(lanes, int(next.Int32))
+		after = next.Int32
 	}
 }
 
