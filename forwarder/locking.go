@@ -119,7 +119,7 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, limit int, after outbox.I
 		}
 		return nil, 0, outbox.ID{}, nil
 	}
-	last := recs[len(recs)-1].ID
+	last := lastID(recs)
 	// The batch's slowest message holds every lock of the batch: ClaimTTL bounds it.
 	ob := &openBatch{lb: lb, rows: len(recs), deadline: time.Now().Add(cfg.ClaimTTL),
 		sent: make([]emitted, 0, len(recs))}
@@ -228,10 +228,7 @@ wait:
 	f.reportInFlight(outbox.Unordered)
 	p := outbox.FinishParams{Done: done, Failed: failed}
 	if len(rest) > 0 {
-		p.Token, p.Until = outbox.NewToken(), f.now().Add(cfg.ClaimTTL)
-		for _, e := range rest {
-			p.Claim = append(p.Claim, e.d.row.ID)
-		}
+		p.Claim, p.Token, p.Until = rowIDs(rest), outbox.NewToken(), f.now().Add(cfg.ClaimTTL)
 	}
 	fctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL)
 	defer cancel()
@@ -274,10 +271,7 @@ func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time
 				fp := f.unorderedFailure(e.d, token)
 				f.submit(storeJob{fail: &fp, until: until})
 			case <-renew.C:
-				ids := make([]outbox.ID, 0, len(rest)-i)
-				for _, r := range rest[i:] {
-					ids = append(ids, r.d.row.ID)
-				}
+				ids := rowIDs(rest[i:])
 				now := f.now()
 				next := now.Add(cfg.ClaimTTL)
 				ctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL/4)
@@ -381,4 +375,21 @@ func (c *cursor) advance(full bool, last outbox.ID) {
 	} else {
 		c.after = outbox.ID{}
 	}
+}
+
+// rowIDs lists the row IDs of emitted messages.
+func rowIDs(es []emitted) []outbox.ID {
+	ids := make([]outbox.ID, len(es))
+	for i, e := range es {
+		ids[i] = e.d.row.ID
+	}
+	return ids
+}
+
+// lastID is the ID of the last record, or the zero ID when there is none.
+func lastID(recs []outbox.Record) outbox.ID {
+	if len(recs) == 0 {
+		return outbox.ID{}
+	}
+	return recs[len(recs)-1].ID
 }

@@ -96,18 +96,8 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 			f.metrics.MessageSent(outbox.Unordered)
 			return
 		}
-		attempts := r.d.row.Attempts + 1
-		now := f.now()
-		park := attempts >= cfg.MaxAttempts
-		f.submit(storeJob{fail: &outbox.FailParams{
-			ID: r.d.row.ID, Token: b.token, Now: now, Error: r.d.failure(),
-			RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
-		}, until: b.until})
-		f.countFailure(outbox.Unordered, park)
-		if park {
-			f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
-				"row_id": r.d.row.ID.String(), "attempts": attempts, "last_error": r.d.failure()})
-		}
+		fp := f.unorderedFailure(r.d, b.token)
+		f.submit(storeJob{fail: &fp, until: b.until})
 		if b.open == 0 && len(b.acked) == 0 {
 			delete(batches, b.token)
 		}
@@ -156,11 +146,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 			recs, err := f.store.Claim(ctx, outbox.ClaimParams{
 				Lane: outbox.Unordered, Limit: n, Now: now, Until: b.until, Token: b.token, After: after,
 			}, dst)
-			if err == nil && len(recs) > 0 {
-				cur.advance(len(recs) == n, recs[len(recs)-1].ID)
-			} else {
-				cur.advance(false, outbox.ID{})
-			}
+			cur.advance(len(recs) == n, lastID(recs))
 			switch {
 			case err == nil && len(recs) == 0 && !after.IsZero():
 				dst = recs

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/batchids"
 )
 
 var _ outbox.BatchLocker = (*Store)(nil)
@@ -95,49 +96,25 @@ func (b *lockedBatch) Finish(ctx context.Context, p outbox.FinishParams) error {
 }
 
 func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, p outbox.FinishParams) error {
-	in := make(map[outbox.ID]struct{}, len(b.recs))
-	for i := range b.recs {
-		in[b.recs[i].ID] = struct{}{}
-	}
-	inBatch := func(list []outbox.ID) []outbox.ID {
-		ids := make([]outbox.ID, 0, len(list))
-		for _, id := range list {
-			if _, ok := in[id]; ok {
-				ids = append(ids, id)
-			}
-		}
-		return ids
-	}
-	if ids := inBatch(p.Claim); len(ids) > 0 {
+	in := batchids.Of(b.recs)
+	if ids := in.Keep(p.Claim); len(ids) > 0 {
 		until, err := timeArg(p.Until)
 		if err != nil {
 			return fmt.Errorf("Until: %w", err)
 		}
-		q := make([]byte, 0, len(b.s.q.setClaim)+len(ids)*36+32)
-		q = append(q, b.s.q.setClaim...)
-		q = appendIDList(q, ids)
-		q = append(q, ") ORDER BY id LIMIT "...)
-		q = strconv.AppendInt(q, int64(len(ids)), 10)
-		if _, err := execB(ctx, tx, string(q), p.Token[:], until); err != nil {
+		if _, err := execB(ctx, tx, pinnedIDList(b.s.q.setClaim, ids), p.Token[:], until); err != nil {
 			return err
 		}
 	}
 	failed := p.Failed
-	if ids := inBatch(p.Done); len(ids) > 0 {
-		q := make([]byte, 0, len(b.s.q.lockedDelete)+len(ids)*36+1)
-		q = append(q, b.s.q.lockedDelete...)
-		q = appendIDList(q, ids)
-		// ORDER BY id LIMIT pins the DELETE to primary-key ranges: without it MariaDB
-		// scans a small table whole, waits on rows other open batches hold, and deadlocks.
-		q = append(q, ") ORDER BY id LIMIT "...)
-		q = strconv.AppendInt(q, int64(len(ids)), 10)
-		if _, err := execB(ctx, tx, string(q)); err != nil {
+	if ids := in.Keep(p.Done); len(ids) > 0 {
+		if _, err := execB(ctx, tx, pinnedIDList(b.s.q.lockedDelete, ids)); err != nil {
 			return err
 		}
 	}
 	for i := range failed {
 		f := &failed[i]
-		if _, ok := in[f.ID]; !ok {
+		if !in.Has(f.ID) {
 			continue
 		}
 		var retry []byte // NULL keeps deliver_at
@@ -170,4 +147,16 @@ func (b *lockedBatch) Rollback() error {
 		return wrapErr("rollback batch", err)
 	}
 	return nil
+}
+
+// pinnedIDList completes prefix (ending in "id IN (") with ids and ORDER BY id LIMIT n,
+// which pins the statement to primary-key ranges: without it MariaDB scans a small table
+// whole, waits on rows other open batches hold, and deadlocks.
+func pinnedIDList(prefix string, ids []outbox.ID) string {
+	q := make([]byte, 0, len(prefix)+len(ids)*36+32)
+	q = append(q, prefix...)
+	q = appendIDList(q, ids)
+	q = append(q, ") ORDER BY id LIMIT "...)
+	q = strconv.AppendInt(q, int64(len(ids)), 10)
+	return string(q)
 }

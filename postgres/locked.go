@@ -7,6 +7,7 @@ import (
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/batchids"
 )
 
 var _ outbox.BatchLocker = (*Store)(nil)
@@ -91,25 +92,13 @@ func (b *lockedBatch) Finish(ctx context.Context, p outbox.FinishParams) error {
 }
 
 func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, p outbox.FinishParams) error {
-	in := make(map[outbox.ID]struct{}, len(b.recs))
-	for i := range b.recs {
-		in[b.recs[i].ID] = struct{}{}
-	}
-	inBatch := func(list []outbox.ID) []outbox.ID {
-		ids := make([]outbox.ID, 0, len(list))
-		for _, id := range list {
-			if _, ok := in[id]; ok {
-				ids = append(ids, id)
-			}
-		}
-		return ids
-	}
-	if ids := inBatch(p.Done); len(ids) > 0 {
+	in := batchids.Of(b.recs)
+	if ids := in.Keep(p.Done); len(ids) > 0 {
 		if _, err := tx.ExecContext(ctx, b.s.q.lockedDelete, idArgs(ids)); err != nil {
 			return err
 		}
 	}
-	if ids := inBatch(p.Claim); len(ids) > 0 {
+	if ids := in.Keep(p.Claim); len(ids) > 0 {
 		if _, err := tx.ExecContext(ctx, b.s.q.lockedClaim, p.Token[:], p.Until, idArgs(ids)); err != nil {
 			return err
 		}
@@ -117,7 +106,7 @@ func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, p outbox.FinishPar
 	failed := p.Failed
 	for i := range failed {
 		f := &failed[i]
-		if _, ok := in[f.ID]; !ok {
+		if !in.Has(f.ID) {
 			continue
 		}
 		var retry any // NULL keeps deliver_at
