@@ -3,12 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/batchids"
+	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 )
 
 var _ outbox.BatchLocker = (*Store)(nil)
@@ -26,7 +26,7 @@ func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.Lock
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		return &lockedBatch{}, nil
+		return lockedbatch.Empty(), nil
 	}
 	var (
 		tx   *sql.Tx
@@ -51,69 +51,27 @@ func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.Lock
 	if err != nil {
 		return nil, wrapErr("lock batch", err)
 	}
-	if len(recs) == 0 {
-		// Nothing locked: do not hold a pooled connection for an empty batch.
-		if err := tx.Rollback(); err != nil {
-			return nil, wrapErr("lock batch", err)
-		}
-		return &lockedBatch{}, nil
-	}
-	return &lockedBatch{s: s, tx: tx, recs: recs}, nil
+	return lockedbatch.Open(&s.batches, tx, recs)
 }
 
-// lockedBatch is the open transaction of one LockBatch; tx is nil once it has ended (or
-// when it locked nothing).
-type lockedBatch struct {
-	s    *Store
-	tx   *sql.Tx
-	recs []outbox.Record
-}
-
-func (b *lockedBatch) Records() []outbox.Record { return b.recs }
-
-// Finish deletes, fails and hands over claims in the batch's transaction, then commits.
-func (b *lockedBatch) Finish(ctx context.Context, p outbox.FinishParams) error {
-	if b.tx == nil {
-		if b.s == nil {
-			return ctx.Err() // empty batch: nothing to do
-		}
-		return errors.New("mysql: finish batch: batch already ended")
-	}
-	tx := b.tx
-	b.tx = nil
-	if len(p.Claim) > 0 && (p.Token.IsZero() || p.Until.IsZero()) {
-		_ = tx.Rollback()
-		return errors.New("mysql: finish batch: Claim needs a non-zero Token and an Until")
-	}
-	if err := b.finish(ctx, tx, p); err != nil {
-		_ = tx.Rollback()
-		return wrapErr("finish batch", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return wrapErr("finish batch", err)
-	}
-	return nil
-}
-
-func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, p outbox.FinishParams) error {
-	in := batchids.Of(b.recs)
+// finishBatch runs LockedBatch.Finish's statements in the batch's transaction.
+func (s *Store) finishBatch(ctx context.Context, tx *sql.Tx, in batchids.Set, p outbox.FinishParams) error {
 	if ids := in.Keep(p.Claim); len(ids) > 0 {
 		until, err := timeArg(p.Until)
 		if err != nil {
 			return fmt.Errorf("Until: %w", err)
 		}
-		if _, err := execB(ctx, tx, pinnedIDList(b.s.q.setClaim, ids), p.Token[:], until); err != nil {
+		if _, err := execB(ctx, tx, pinnedIDList(s.q.setClaim, ids), p.Token[:], until); err != nil {
 			return err
 		}
 	}
-	failed := p.Failed
 	if ids := in.Keep(p.Done); len(ids) > 0 {
-		if _, err := execB(ctx, tx, pinnedIDList(b.s.q.lockedDelete, ids)); err != nil {
+		if _, err := execB(ctx, tx, pinnedIDList(s.q.lockedDelete, ids)); err != nil {
 			return err
 		}
 	}
-	for i := range failed {
-		f := &failed[i]
+	for i := range p.Failed {
+		f := &p.Failed[i]
 		if !in.Has(f.ID) {
 			continue
 		}
@@ -129,22 +87,9 @@ func (b *lockedBatch) finish(ctx context.Context, tx *sql.Tx, p outbox.FinishPar
 		if f.Park {
 			park = 1
 		}
-		if _, err := execB(ctx, tx, b.s.q.lockedFail, errorText(f.Error), retry, park, f.ID[:]); err != nil {
+		if _, err := execB(ctx, tx, s.q.lockedFail, errorText(f.Error), retry, park, f.ID[:]); err != nil {
 			return err
 		}
-	}
-	return ctx.Err()
-}
-
-// Rollback releases the locks; it is a no-op once the batch has ended.
-func (b *lockedBatch) Rollback() error {
-	if b.tx == nil {
-		return nil
-	}
-	tx := b.tx
-	b.tx = nil
-	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		return wrapErr("rollback batch", err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 )
 
 // DeadlockAttempts is how many times an operation runs when InnoDB picks it as a
@@ -27,6 +28,8 @@ type Store struct {
 	db   *sql.DB
 	opts outbox.Options
 	q    *queries
+
+	batches lockedbatch.Dialect // LockBatch's batches
 
 	// maxPacket caches the server's max_allowed_packet (0 until first read).
 	maxPacket atomic.Int64
@@ -49,7 +52,9 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, opts: opts, q: newQueries(newNames(opts))}, nil
+	s := &Store{db: db, opts: opts, q: newQueries(newNames(opts))}
+	s.batches = lockedbatch.Dialect{Name: "mysql", Wrap: wrapErr, Finish: s.finishBatch}
+	return s, nil
 }
 
 // Options returns the validated options with defaults.

@@ -257,7 +257,8 @@ func testLockedBatchCancelled(t *testing.T, h Harness) {
 	}
 }
 
-// A batch with nothing eligible is empty; Finish and Rollback succeed.
+// A batch with nothing eligible, or of a limit below 1, is empty; Finish and Rollback
+// succeed and change nothing.
 func testLockedBatchEmpty(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	bl := e.locker(t)
@@ -280,6 +281,27 @@ func testLockedBatchEmpty(t *testing.T, h Harness) {
 	if err := b.Finish(e.ctx, outbox.FinishParams{}); err != nil {
 		t.Fatalf("Finish of an empty batch after Rollback: %v", err)
 	}
+	// A limit below 1 locks nothing, even with an eligible row, and is no error.
+	due := NewRecord(at(0))
+	e.insert(due)
+	for _, limit := range []int{0, -1} {
+		b, err := bl.LockBatch(e.ctx, outbox.LockParams{Limit: limit, Now: at(time.Second)})
+		if err != nil {
+			t.Fatalf("LockBatch(limit %d): %v (a limit below 1 locks nothing)", limit, err)
+		}
+		if n := len(b.Records()); n != 0 {
+			t.Fatalf("LockBatch(limit %d) locked %d rows", limit, n)
+		}
+		if err := b.Finish(e.ctx, outbox.FinishParams{Done: []outbox.ID{due.ID}}); err != nil {
+			t.Fatalf("Finish of the limit %d batch: %v", limit, err)
+		}
+		rollback(t, b)
+	}
+	b = e.lockBatch(bl, e.ctx, 10, at(time.Second))
+	if recs := b.Records(); len(recs) != 1 || recs[0].ID != due.ID {
+		t.Fatalf("after the empty batches: locked %d rows, want the due row unchanged", len(recs))
+	}
+	rollback(t, b)
 }
 
 // LockBatch with After locks only rows with greater IDs, in ID order; the zero cursor

@@ -13,6 +13,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 )
 
 // Store is the PostgreSQL outbox.Store. It is safe for concurrent use; every method
@@ -22,6 +23,8 @@ type Store struct {
 	opts   outbox.Options
 	script string
 	q      *queries
+
+	batches lockedbatch.Dialect // LockBatch's batches
 
 	inserts  sync.Pool // *insertBuf
 	scanners sync.Pool // *rowScanner
@@ -42,7 +45,9 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 		return nil, err
 	}
 	n := newNames(opts)
-	return &Store{db: db, opts: opts, script: createScript(n), q: newQueries(n)}, nil
+	s := &Store{db: db, opts: opts, script: createScript(n), q: newQueries(n)}
+	s.batches = lockedbatch.Dialect{Name: "postgres", Wrap: wrap, Finish: s.finishBatch}
+	return s, nil
 }
 
 // Options returns the validated options with defaults.

@@ -26,6 +26,14 @@
 // whose affected-row count the store reports start with SET NOCOUNT OFF, so a server
 // that turns NOCOUNT on for every session cannot make changes look refused.
 //
+// The store also implements [outbox.BatchLocker] (the forwarder's UnorderedLocking
+// mode): LockBatch reads the unordered claim's rows WITH (UPDLOCK, READPAST, ROWLOCK,
+// READCOMMITTEDLOCK) in an open READ COMMITTED transaction, which holds their update
+// locks until Finish deletes the sent rows, records the failures and commits (or until
+// the rollback). Other batches and ordinary claims skip those rows (READPAST); a plain
+// reader under READ COMMITTED without the hint waits for them. Unlike the other
+// dialects this path has not run against a server here (see README).
+//
 // Insert writes in the caller's transaction: up to [BulkThreshold] rows as parameterised
 // multi-row INSERT statements (never more than 2,000 parameters or 1,000 rows each),
 // more through go-mssqldb's bulk copy with CHECK_CONSTRAINTS and FIRE_TRIGGERS, so the

@@ -65,6 +65,7 @@ type queries struct {
 
 	readUnordered, readLane                  string
 	claimUnordered, claimLane, claimLaneHold string
+	lockUnordered, lockedFail                string
 	fail, failFenced                         string
 	park, count, stats, maxLane              string
 	nextPendingLane                          string
@@ -88,6 +89,10 @@ func newQueries(n names) *queries {
 	q.readLane = strings.Replace(read, "%s", "o.lane = @lane", 1)
 
 	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", "o.lane IS NULL AND o.id > "+binParam("after")+" AND "+eligible("o"))
+	// LockBatch's read: the same rows as an unordered claim, whose update locks the
+	// batch's transaction holds instead of writing a claim.
+	q.lockUnordered = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) " +
+		"WHERE o.lane IS NULL AND o.id > " + binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 
@@ -96,6 +101,10 @@ func newQueries(n names) *queries {
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
 		"WHERE id = " + binParam("id") + " AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now AND status = 'pending'"
 	q.fail = failSQL
+	// A locked batch's failure: the batch holds the row's lock, so no claim to check.
+	q.lockedFail = "UPDATE " + t + " WITH (ROWLOCK) SET attempts = attempts + 1, last_error = @err, " +
+		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
+		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = " + binParam("id")
 	q.failFenced = failSQL + " AND lane = @lane AND " + q.liveLease()
 
 	q.park = counted("UPDATE ") + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
@@ -267,6 +276,17 @@ func (q *queries) complete(n int, fenced bool) string {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
 	return s
+}
+
+// lockedDelete deletes n rows of a locked batch (the batch holds their locks).
+func (q *queries) lockedDelete(n int) string {
+	return "DELETE FROM " + q.outbox + " WITH (ROWLOCK) WHERE id IN (" + idList(n) + ")"
+}
+
+// lockedClaim hands n rows of a locked batch over to an ordinary claim of @tok.
+func (q *queries) lockedClaim(n int) string {
+	return "UPDATE " + q.outbox + " WITH (ROWLOCK) SET claim_token = " + binParam("tok") + ", claim_expires_at = @until " +
+		"WHERE id IN (" + idList(n) + ")"
 }
 
 func (q *queries) requeueIDs(n int) string {

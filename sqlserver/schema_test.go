@@ -35,6 +35,7 @@ func golden(t *testing.T, name, got string) {
 func allQueries(q *queries) []string {
 	return []string{
 		q.readUnordered, q.readLane, q.claimUnordered, q.claimLane, q.claimLaneHold,
+		q.lockUnordered, q.lockedDelete(2), q.lockedClaim(2), q.lockedFail,
 		q.renew(0, false), q.renew(0, true), q.renew(3, false), q.renew(3, true),
 		q.release(0, false), q.release(2, true),
 		q.complete(2, false), q.complete(2, true), q.fail, q.failFenced, q.park,

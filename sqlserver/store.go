@@ -12,6 +12,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 )
 
 // maxOwnerUnits is the size of the owner columns (nvarchar(400): the nodes table's key
@@ -29,6 +30,7 @@ type Store struct {
 	q        *queries
 	script   []string
 	scanners sync.Pool
+	batches  lockedbatch.Dialect // LockBatch's batches
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -44,7 +46,9 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlserver: New: nil *sql.DB")
 	}
-	return &Store{db: db, opts: opts, q: newQueries(newNames(opts.Options)), script: createStatements(opts)}, nil
+	s := &Store{db: db, opts: opts, q: newQueries(newNames(opts.Options)), script: createStatements(opts)}
+	s.batches = lockedbatch.Dialect{Name: "sqlserver", Wrap: wrap, Finish: s.finishBatch}
+	return s, nil
 }
 
 // Options returns the validated options with defaults.

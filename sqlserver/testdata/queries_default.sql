@@ -30,6 +30,14 @@ UPDATE c SET claim_token = CAST(@tok AS binary(16)), claim_expires_at = @until O
 COMMIT TRANSACTION;
 SELECT id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM @claimed ORDER BY id;
 
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) WHERE o.lane IS NULL AND o.id > CAST(@after AS binary(16)) AND o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now) ORDER BY o.id
+
+DELETE FROM [dbo].[outbox] WITH (ROWLOCK) WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
+
+UPDATE [dbo].[outbox] WITH (ROWLOCK) SET claim_token = CAST(@tok AS binary(16)), claim_expires_at = @until WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
+
+UPDATE [dbo].[outbox] WITH (ROWLOCK) SET attempts = attempts + 1, last_error = @err, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = CAST(@id AS binary(16))
+
 SET NOCOUNT OFF;
 UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now
 
