@@ -255,6 +255,10 @@ func (c Config) Validate() error {
 }
 
 // backoff returns the delay before the attempt that follows `attempts` failed ones.
+// handBackMargin is how long before the shutdown deadline the rows a locked batch handed
+// over to a claim are settled (deleted or released), and the bound of that try.
+func (c *Config) handBackMargin() time.Duration { return min(time.Second, c.ShutdownTimeout/4) }
+
 func (c *Config) backoff(attempts int) time.Duration {
 	if attempts < 1 {
 		attempts = 1

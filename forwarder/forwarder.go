@@ -80,6 +80,10 @@ type Forwarder struct {
 
 	stopping chan struct{} // closed by Close: claim nothing new
 	abandon  chan struct{} // closed when the shutdown deadline passed
+	// handBack is closed handBackMargin before the shutdown deadline: rows a locked batch
+	// handed over to a claim are then deleted or released, within ShutdownTimeout.
+	handBack      chan struct{}
+	closeDeadline time.Time // when Close gives up; set before handBack is closed
 	// hardCtx is cancelled with abandon: store calls of the claim loops and lane workers
 	// stop waiting for a database that does not answer.
 	hardCtx    context.Context
@@ -147,6 +151,7 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 		unorderedWake: make([]chan struct{}, config.Claimers),
 		stopping:      make(chan struct{}),
 		abandon:       make(chan struct{}),
+		handBack:      make(chan struct{}),
 		closeDone:     make(chan struct{}),
 		jobs:          make(chan storeJob, config.InFlight),
 		counters:      make([]laneCounters, opts.Lanes+1),
@@ -297,8 +302,11 @@ func (f *Forwarder) Close() error {
 		}
 		// One deadline for the whole shutdown: messages in flight, then the deletes,
 		// lease releases and Leave. When it passes, store calls are cancelled.
+		f.closeDeadline = time.Now().Add(f.cfg.ShutdownTimeout)
 		deadline := time.NewTimer(f.cfg.ShutdownTimeout)
 		defer deadline.Stop()
+		handBack := time.AfterFunc(f.cfg.ShutdownTimeout-f.cfg.handBackMargin(), func() { close(f.handBack) })
+		defer handBack.Stop()
 		abandon := func() {
 			f.logger.Info("Shutdown timeout: abandoning what is left (claims expire, leases time out)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})
 			close(f.abandon)
@@ -350,19 +358,17 @@ func (f *Forwarder) isStopping() bool {
 	}
 }
 
-// emit hands msg to the subscription; false when the forwarder is abandoning.
-//
-// A consumer may take its messages slowly (one at a time, a busy router): while emit
-// waits, renew runs every `every` so that the claims of the rows held here (in flight
-// and not emitted yet) do not expire.
-func (f *Forwarder) emit(ctx context.Context, msg *message.Message, every time.Duration, renew func()) bool {
+// emit hands msg to the subscription; false when the forwarder is abandoning. While it
+// waits for the router it calls renew every interval, on rt (the emitting goroutine's
+// ticker, reused from message to message).
+func (f *Forwarder) emit(ctx context.Context, msg *message.Message, rt *renewTicker, every time.Duration, renew func()) bool {
 	select {
 	case f.out <- msg:
 		return true
 	default:
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
+	tick := rt.start(every)
+	defer rt.stop()
 	for {
 		select {
 		case f.out <- msg:
@@ -371,9 +377,31 @@ func (f *Forwarder) emit(ctx context.Context, msg *message.Message, every time.D
 			return false
 		case <-ctx.Done():
 			return false
-		case <-t.C:
+		case <-tick:
 			renew()
 		}
+	}
+}
+
+// renewTicker is the renewal ticker of one goroutine that emits and waits for messages
+// one after another: made on first use, then reset, so that a busy router does not cost
+// a ticker per message.
+type renewTicker struct{ t *time.Ticker }
+
+// start (re)starts the ticker with period every.
+func (r *renewTicker) start(every time.Duration) <-chan time.Time {
+	if r.t == nil {
+		r.t = time.NewTicker(every)
+	} else {
+		r.t.Reset(every)
+	}
+	return r.t.C
+}
+
+// stop pauses the ticker until the next start (no stale tick is delivered after it).
+func (r *renewTicker) stop() {
+	if r.t != nil {
+		r.t.Stop()
 	}
 }
 

@@ -374,7 +374,8 @@ func (f *Forwarder) runLane(h *laneHold) {
 	counters := &f.counters[lane+1]
 	wakeCh := f.laneWake[lane]
 	var (
-		notBefore time.Time // a failed head is due again then (Config.Now's clock)
+		rt        renewTicker // renews the claims while a message waits
+		notBefore time.Time   // a failed head is due again then (Config.Now's clock)
 		idle      = cfg.PollInterval
 		errDelay  = cfg.PollInterval
 		// The scout's flag gates only idle polls: after a wake-up, a claim that took rows
@@ -540,12 +541,12 @@ func (f *Forwarder) runLane(h *laneHold) {
 		}
 		counters.inFlight.Add(1)
 		f.reportInFlight(lane)
-		sent := f.emit(h.ctx, msg, claimTTL/4, renewHeld)
+		sent := f.emit(h.ctx, msg, &rt, claimTTL/4, renewHeld)
 		var ok, settled bool
 		if sent {
 			// A slow handler (a broker retrying for long) must not let the claims of the
 			// row in flight and of the rows queued behind it expire.
-			renew := time.NewTicker(claimTTL / 4)
+			renew := rt.start(claimTTL / 4)
 		wait:
 			for {
 				select {
@@ -559,11 +560,11 @@ func (f *Forwarder) runLane(h *laneHold) {
 					break wait
 				case <-f.abandon:
 					break wait
-				case <-renew.C:
+				case <-renew:
 					renewHeld()
 				}
 			}
-			renew.Stop()
+			rt.stop()
 		}
 		counters.inFlight.Add(-1)
 		f.reportInFlight(lane)

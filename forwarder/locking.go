@@ -43,7 +43,10 @@ func (f *Forwarder) runLocked(bl outbox.BatchLocker, wakeCh <-chan struct{}, win
 		f.emitters.Done()
 	}()
 	idle, errDelay := cfg.PollInterval, cfg.PollInterval
-	var cur cursor
+	var (
+		cur cursor
+		rt  renewTicker
+	)
 	for {
 		if f.isStopping() {
 			return
@@ -54,7 +57,7 @@ func (f *Forwarder) runLocked(bl outbox.BatchLocker, wakeCh <-chan struct{}, win
 			return
 		}
 		after := cur.next(cfg.PollInterval)
-		ob, n, last, err := f.lockAndEmit(bl, limit, after)
+		ob, n, last, err := f.lockAndEmit(bl, &rt, limit, after)
 		if ob != nil {
 			settling.Add(1)
 			go func() {
@@ -105,7 +108,7 @@ func (f *Forwarder) runLocked(bl outbox.BatchLocker, wakeCh <-chan struct{}, win
 // lockAndEmit locks up to limit rows after the cursor and emits them. It returns the
 // batch to settle (nil when nothing is left to finish), the number of rows it locked and
 // the last one's ID.
-func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, limit int, after outbox.ID) (*openBatch, int, outbox.ID, error) {
+func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, rt *renewTicker, limit int, after outbox.ID) (*openBatch, int, outbox.ID, error) {
 	cfg := &f.cfg
 	ctx := f.hardCtx
 	lb, err := bl.LockBatch(ctx, outbox.LockParams{Limit: limit, Now: f.now(), After: after})
@@ -130,14 +133,13 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, limit int, after outbox.I
 		}
 		msg, d, reason := f.prepare(&recs[i])
 		if reason != "" {
-			f.logger.Error("Parking a row that cannot be sent", nil, watermill.LogFields{"row_id": recs[i].ID.String(), "reason": reason})
+			// Parked in the batch's transaction; counted and logged once it commits.
 			ob.failed = append(ob.failed, outbox.FailParams{ID: recs[i].ID, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered})
-			f.countFailure(outbox.Unordered, true)
 			continue
 		}
 		ob.open++
 		counters.inFlight.Add(1)
-		if !f.emit(ctx, msg, cfg.ClaimTTL, func() {}) {
+		if !f.emit(ctx, msg, rt, cfg.ClaimTTL, func() {}) {
 			ob.open-- // never handed over
 			counters.inFlight.Add(-1)
 			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its rows are eligible again")
@@ -187,7 +189,7 @@ func (f *Forwarder) settle(ob *openBatch) error {
 			f.metrics.MessageSent(outbox.Unordered)
 			return
 		}
-		failed = append(failed, f.unorderedFailure(e.d, outbox.Token{}))
+		failed = append(failed, f.failureOf(e.d, outbox.Token{}))
 	}
 	timer := time.NewTimer(min(lockHoldMax, cfg.ClaimTTL/4))
 	defer timer.Stop()
@@ -240,6 +242,10 @@ wait:
 		}
 		return err
 	}
+	// Counted only now: a batch that rolls back recorded no failure.
+	for i := range failed {
+		f.countFailed(&failed[i])
+	}
 	if len(rest) > 0 {
 		f.logger.Debug("Slow messages of a locked batch handed over to a claim", watermill.LogFields{"rows": len(rest)})
 		f.settleClaimed(rest, p.Token, p.Until)
@@ -287,7 +293,7 @@ func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time
 					until = next
 				}
 				continue
-			case <-f.abandon:
+			case <-f.handBack:
 				f.abandonClaimed(rest[i:], token)
 				return
 			}
@@ -296,11 +302,11 @@ func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time
 	}
 }
 
-// abandonClaimed settles handed-over rows still open when the shutdown deadline has
-// passed, in one short bounded try (Close may overrun ShutdownTimeout by up to a
-// second for it): rows whose messages were acked meanwhile are deleted, the others'
-// claims are given back so that another forwarder takes them at once. What the try
-// does not finish, the claims' expiry does (the rows are sent again).
+// abandonClaimed settles handed-over rows still open shortly before the shutdown
+// deadline (Forwarder.handBack), in one try that ends at the deadline, so that Close
+// stays within ShutdownTimeout: rows whose messages were acked meanwhile are deleted,
+// the others' claims are given back so that another forwarder takes them at once. What
+// the try does not finish, the claims' expiry does (the rows are sent again).
 func (f *Forwarder) abandonClaimed(rest []emitted, token outbox.Token) {
 	counters := &f.counters[0]
 	counters.inFlight.Add(int64(-len(rest)))
@@ -316,7 +322,7 @@ func (f *Forwarder) abandonClaimed(rest []emitted, token outbox.Token) {
 			open = append(open, e.d.row.ID)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), f.closeDeadline)
 	defer cancel()
 	now := f.now()
 	if len(acked) > 0 {
@@ -331,21 +337,31 @@ func (f *Forwarder) abandonClaimed(rest []emitted, token outbox.Token) {
 	}
 }
 
-// unorderedFailure is the failure record of a nacked unordered row (parked after
-// MaxAttempts), counted and logged.
+// unorderedFailure is the failure record of a nacked unordered row, counted and logged
+// (the token path: the failure is recorded through a completer).
 func (f *Forwarder) unorderedFailure(d *delivery, token outbox.Token) outbox.FailParams {
+	fp := f.failureOf(d, token)
+	f.countFailed(&fp)
+	return fp
+}
+
+// failureOf is the failure record of a nacked unordered row: the next attempt after the
+// backoff, or parked after MaxAttempts.
+func (f *Forwarder) failureOf(d *delivery, token outbox.Token) outbox.FailParams {
 	cfg := &f.cfg
 	attempts := d.row.Attempts + 1
 	now := f.now()
-	park := attempts >= cfg.MaxAttempts
-	f.countFailure(outbox.Unordered, park)
-	if park {
-		f.logger.Error("Row parked after too many attempts", nil, watermill.LogFields{
-			"row_id": d.row.ID.String(), "attempts": attempts, "last_error": d.failure()})
-	}
 	return outbox.FailParams{
 		ID: d.row.ID, Token: token, Now: now, Error: d.failure(),
-		RetryAt: now.Add(cfg.backoff(attempts)), Park: park, Lane: outbox.Unordered,
+		RetryAt: now.Add(cfg.backoff(attempts)), Park: attempts >= cfg.MaxAttempts, Lane: outbox.Unordered,
+	}
+}
+
+// countFailed counts a failure of an unordered row and logs it when it parks the row.
+func (f *Forwarder) countFailed(fp *outbox.FailParams) {
+	f.countFailure(outbox.Unordered, fp.Park)
+	if fp.Park {
+		f.logger.Error("Row parked", nil, watermill.LogFields{"row_id": fp.ID.String(), "last_error": fp.Error})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,23 +312,7 @@ func TestLockingSlowMessageHandedOverToClaim(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		requireLocker(t, tb)
 		const n = 20
-		var recs []outbox.Record
-		for i := range n {
-			body := "fast"
-			if i == 3 {
-				body = "slow"
-			}
-			recs = append(recs, tb.row("t", "", body))
-		}
-		tb.insert(t, recs...)
-		release := make(chan struct{})
-		rec := newRecorder()
-		rec.setFail(func(_ string, m *message.Message) error {
-			if string(m.Payload) == "slow" {
-				<-release
-			}
-			return nil
-		})
+		_, rec, release := insertWithSlowRow(t, tb, n, 3)
 		cfg := lockingConfig()
 		cfg.Claimers = 1
 		cfg.ClaimTTL = 400 * time.Millisecond // hold time 100 ms, renewals every 100 ms
@@ -342,6 +327,171 @@ func TestLockingSlowMessageHandedOverToClaim(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		if got := len(rec.got()); got != n {
 			t.Fatalf("%d messages for %d rows", got, n)
+		}
+	})
+}
+
+// insertWithSlowRow inserts n rows of which the one at index slow has body "slow", and
+// returns a recorder that holds the slow message until release is closed.
+func insertWithSlowRow(t *testing.T, tb *table, n, slow int) (recs []outbox.Record, rec *recorder, release chan struct{}) {
+	t.Helper()
+	for i := range n {
+		body := "fast"
+		if i == slow {
+			body = "slow"
+		}
+		recs = append(recs, tb.row("t", "", body))
+	}
+	tb.insert(t, recs...)
+	release = make(chan struct{})
+	rec = newRecorder()
+	rec.setFail(func(_ string, m *message.Message) error {
+		if string(m.Payload) == "slow" {
+			<-release
+		}
+		return nil
+	})
+	return recs, rec, release
+}
+
+// Close with a row handed over from a locked batch to a claim (its message still in the
+// handler) stays within ShutdownTimeout: the row's claim is given back shortly before
+// the deadline, so the row is eligible again at once with its attempts unchanged, and
+// the rest of the batch is deleted.
+func TestLockingShutdownWithHandedOverRowWithinTimeout(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		bl := requireLocker(t, tb)
+		recs, rec, release := insertWithSlowRow(t, tb, 10, 2)
+		cfg := lockingConfig()
+		cfg.Claimers = 1
+		cfg.ClaimTTL = 400 * time.Millisecond // hold time 100 ms
+		cfg.ShutdownTimeout = time.Second
+		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
+		t.Cleanup(func() { close(release) }) // before the router stops (cleanups run last first)
+		waitFor(t, 10*time.Second, "the rest of the batch deleted", func() bool { return tb.rows(t) == 1 })
+		began := time.Now()
+		closed := make(chan struct{})
+		go func() {
+			_ = f.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatal("Close did not return")
+		}
+		// A bound of the contract (Close is bounded by ShutdownTimeout), with slack for a
+		// loaded machine; before handBack, Close took ShutdownTimeout + 1 s here.
+		if took := time.Since(began); took > cfg.ShutdownTimeout+700*time.Millisecond {
+			t.Errorf("Close took %v with ShutdownTimeout %v", took, cfg.ShutdownTimeout)
+		}
+		lb, err := bl.LockBatch(context.Background(), outbox.LockParams{Limit: 10, Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = lb.Rollback() }()
+		got := lb.Records()
+		if len(got) != 1 || got[0].ID != recs[2].ID || got[0].Attempts != 0 {
+			t.Fatalf("after Close: lockable %d rows (want the slow row, at once, attempts 0): %+v", len(got), got)
+		}
+	})
+}
+
+// failFirstFinish is a store whose first locked batch's Finish fails (rolling back).
+type failFirstFinish struct {
+	outbox.Store
+	bl     outbox.BatchLocker
+	failed atomic.Bool
+}
+
+func (s *failFirstFinish) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
+	lb, err := s.bl.LockBatch(ctx, p)
+	if err != nil || len(lb.Records()) == 0 || s.failed.Swap(true) {
+		return lb, err
+	}
+	return failingFinish{lb}, nil
+}
+
+type failingFinish struct{ outbox.LockedBatch }
+
+func (b failingFinish) Finish(ctx context.Context, p outbox.FinishParams) error {
+	_ = b.LockedBatch.Rollback()
+	return errors.New("injected: Finish failed")
+}
+
+// A locked batch whose Finish fails parked nothing: its parks and failures are counted
+// only when the batch commits, so a row parked by the second batch is counted once.
+func TestLockingParkCountedOnceCommitted(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		bl := requireLocker(t, tb)
+		bad := tb.row("t", "", "bad")
+		bad.Transport = "nope"
+		good := tb.row("t", "", "good")
+		tb.insert(t, bad, good)
+		st := &failFirstFinish{Store: tb.store, bl: bl}
+		rec := newRecorder()
+		f, _ := start(t, st, Targets{"": rec}, lockingConfig())
+		waitFor(t, 20*time.Second, "bad row parked, good row deleted", func() bool {
+			return len(tb.parked(t)) == 1 && tb.rows(t) == 1
+		})
+		if !st.failed.Load() {
+			t.Fatal("no Finish was made to fail")
+		}
+		if s := f.Stats().Unordered; s.Parked != 1 || s.Failed != 1 {
+			t.Errorf("unordered stats %+v, want Parked 1 and Failed 1 (the rolled-back park not counted)", s)
+		}
+	})
+}
+
+// stuckRelease is a store whose Release waits until its context ends (a database that
+// does not answer), recording the context's deadline.
+type stuckRelease struct {
+	outbox.Store
+	bl       outbox.BatchLocker
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (s *stuckRelease) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
+	return s.bl.LockBatch(ctx, p)
+}
+
+func (s *stuckRelease) Release(ctx context.Context, p outbox.ReleaseParams) (int, error) {
+	if d, ok := ctx.Deadline(); ok {
+		s.mu.Lock()
+		s.deadline = d
+		s.mu.Unlock()
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// The give-back of handed-over rows at shutdown is bounded by the shutdown deadline
+// itself, even when the database does not answer: its context ends no later than
+// ShutdownTimeout after Close began (it used to start at the deadline and run a second
+// past it).
+func TestLockingHandBackBoundedByShutdownTimeout(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		bl := requireLocker(t, tb)
+		_, rec, release := insertWithSlowRow(t, tb, 10, 2)
+		st := &stuckRelease{Store: tb.store, bl: bl}
+		cfg := lockingConfig()
+		cfg.Claimers = 1
+		cfg.ClaimTTL = 400 * time.Millisecond
+		cfg.ShutdownTimeout = time.Second
+		f, _ := start(t, st, Targets{"": rec}, cfg)
+		t.Cleanup(func() { close(release) })
+		waitFor(t, 10*time.Second, "the rest of the batch deleted", func() bool { return tb.rows(t) == 1 })
+		began := time.Now()
+		_ = f.Close()
+		st.mu.Lock()
+		deadline := st.deadline
+		st.mu.Unlock()
+		if deadline.IsZero() {
+			t.Fatal("the handed-over row was not given back at shutdown")
+		}
+		if limit := began.Add(cfg.ShutdownTimeout + 50*time.Millisecond); deadline.After(limit) {
+			t.Errorf("give-back ran until %v after Close began, past ShutdownTimeout %v", deadline.Sub(began), cfg.ShutdownTimeout)
 		}
 	})
 }

@@ -59,6 +59,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 		stopping   = f.stopping
 		isStopping bool
 		cur        cursor
+		rt         renewTicker // renews the claims while the router is busy
 	)
 	counters := &f.counters[0]
 	minClaim := max(min(cfg.ClaimBatch, window)/4, 1)
@@ -192,7 +193,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 					b.open++
 					inFlight++
 					counters.inFlight.Add(1)
-					if !f.emit(ctx, msg, cfg.ClaimTTL/4, renew) {
+					if !f.emit(ctx, msg, &rt, cfg.ClaimTTL/4, renew) {
 						counters.inFlight.Add(-1)
 						f.releaseUnordered(b.token, recs[i:])
 						return
