@@ -81,7 +81,10 @@ func rawPublish(tb testing.TB, pub message.Publisher, topic string, n, workers i
 // Kafka (kfake) against publishing the same number of equal messages directly through a
 // publisher with the same configuration, with as many concurrent publishers as the
 // forwarder's in-flight window. Reports the rates and ratios (goal >= 0.7) of the default
-// Config and of UnorderedLocking.
+// Config and of UnorderedLocking, and the database-backed ceiling: the hand-written SKIP
+// LOCKED loop (4 claimers, each publishing its batch through InFlight/4 goroutines at
+// once, then deleting it), as loop_msgs/s, its ratio to raw publishing (ratio_loop) and
+// UnorderedLocking's ratio to it (locked_vs_loop).
 func BenchmarkForwardToBroker(b *testing.B) {
 	n := brokerBenchRows()
 	inFlight := forwarder.InFlightDefault
@@ -104,7 +107,7 @@ func BenchmarkForwardToBroker(b *testing.B) {
 		for _, br := range brokers {
 			b.Run(e.name+"/"+br.name, func(b *testing.B) {
 				db, _ := e.open(b)
-				var raw, fwd, ratio, locked, ratioLocked []float64
+				var raw, fwd, ratio, locked, ratioLocked, loop, ratioLoop, lockedVsLoop []float64
 				for i := 0; i < b.N; i++ {
 					for r := 0; r < benchRounds(); r++ {
 						pub, topic := br.pub(b)
@@ -112,6 +115,11 @@ func BenchmarkForwardToBroker(b *testing.B) {
 						fillUnordered(b, e, db, st, n, topic)
 						runs := []func(){
 							func() { raw = append(raw, rawPublish(b, pub, topic, n, inFlight)) },
+							func() {
+								st := e.table(b, db, 64)
+								fillUnordered(b, e, db, st, n, topic)
+								loop = append(loop, baselineLoop(b, e, db, st.Options(), pub, n, 4, inFlight/4))
+							},
 							func() {
 								cp := &countingPublisher{next: pub}
 								fwd = append(fwd, forwarderDrain(b, e, db, st, forwarder.Config{}, cp, cp.Count, n).rate)
@@ -131,6 +139,8 @@ func BenchmarkForwardToBroker(b *testing.B) {
 						}
 						ratio = append(ratio, fwd[len(fwd)-1]/raw[len(raw)-1])
 						ratioLocked = append(ratioLocked, locked[len(locked)-1]/raw[len(raw)-1])
+						ratioLoop = append(ratioLoop, loop[len(loop)-1]/raw[len(raw)-1])
+						lockedVsLoop = append(lockedVsLoop, locked[len(locked)-1]/loop[len(loop)-1])
 					}
 				}
 				b.ReportMetric(median(raw), "raw_msgs/s")
@@ -138,6 +148,9 @@ func BenchmarkForwardToBroker(b *testing.B) {
 				b.ReportMetric(median(ratio), "ratio")
 				b.ReportMetric(median(locked), "fwdlocked_msgs/s")
 				b.ReportMetric(median(ratioLocked), "ratio_locked")
+				b.ReportMetric(median(loop), "loop_msgs/s")
+				b.ReportMetric(median(ratioLoop), "ratio_loop")
+				b.ReportMetric(median(lockedVsLoop), "locked_vs_loop")
 				b.ReportMetric(0, "ns/op")
 			})
 		}

@@ -33,7 +33,9 @@ type broker struct {
 // brokersSection: per run and broker, the forwarder drains n rows into the broker's
 // Watermill publisher, and the same publisher configuration publishes n equal messages
 // directly from as many goroutines as the forwarder's in-flight window (the raw
-// ceiling). The order of the two alternates between runs.
+// ceiling), and the hand-written SKIP LOCKED loop drains n rows into it publishing each
+// batch concurrently (the ceiling of anything that reads rows from the database first).
+// The order alternates between runs.
 func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) error {
 	n := cfg.brokerRows
 	var brokers []broker
@@ -52,7 +54,7 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 	workers := forwarder.InFlightDefault
 	for _, b := range brokers {
 		for run := 0; run < cfg.runs; run++ {
-			var raw, ours, locking float64
+			var raw, ours, locking, loop float64
 			measureRaw := func() error {
 				pub, topic, cleanup, err := b.setup(run)
 				if err != nil {
@@ -80,8 +82,28 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 				*rate, err = runOurs(ctx, t, cfg, 1, cp, cp.Count, n, 5*time.Minute)
 				return err
 			}
+			// The database-backed ceiling: the hand-written SKIP LOCKED loop, each of its 4
+			// workers publishing a batch through workers/4 goroutines at once.
+			measureLoop := func() error {
+				pub, topic, cleanup, err := b.setup(run)
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+				t, err := e.newOutboxTable(ctx)
+				if err != nil {
+					return err
+				}
+				defer t.drop()
+				if err := fillOutbox(ctx, t, n, 0, topic); err != nil {
+					return err
+				}
+				loop, err = rawLoop(ctx, e, t, pub, workers/4, n, 5*time.Minute)
+				return err
+			}
 			steps := []func() error{
 				measureRaw,
+				measureLoop,
 				func() error { return measureOurs(forwarder.Config{}, &ours) },
 				func() error { return measureOurs(forwarder.Config{UnorderedLocking: true}, &locking) },
 			}
@@ -98,6 +120,9 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 			sec.add(b.name+"/ratio_ours_raw", b.name+": ours / raw", "ratio", ours/raw)
 			sec.add(b.name+"/ours_locking_msgs_per_s", b.name+": ours (forwarder, UnorderedLocking)", "msgs/s", locking)
 			sec.add(b.name+"/ratio_ours_locking_raw", b.name+": ours UnorderedLocking / raw", "ratio", locking/raw)
+			sec.add(b.name+"/raw_loop_msgs_per_s", b.name+": raw loop (SKIP LOCKED 500 + DELETE, 4 workers, each batch published by "+fmt.Sprint(workers/4)+" goroutines)", "msgs/s", loop)
+			sec.add(b.name+"/ratio_raw_loop_raw", b.name+": raw loop / raw (the database-backed ceiling)", "ratio", loop/raw)
+			sec.add(b.name+"/ratio_ours_locking_raw_loop", b.name+": ours UnorderedLocking / raw loop", "ratio", locking/loop)
 		}
 	}
 	sec.note("RabbitMQ: watermill-amqp v2 NewDurableQueueConfig, ChannelPoolSize %d, ConfirmDelivery, queue declared first. "+
