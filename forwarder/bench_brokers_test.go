@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/pubbench"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 )
 
@@ -51,28 +51,9 @@ func rawPublish(tb testing.TB, pub message.Publisher, topic string, n, workers i
 		msgs[i] = message.NewMessage(watermill.NewUUID(), body)
 		msgs[i].Metadata = message.Metadata{"trace_id": "0123456789abcdef", "type": "order.created", "v": "1"}
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Int64
 	start := time.Now()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				if err := pub.Publish(topic, msgs[i]); err != nil {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		tb.Fatalf("raw publish: %d failures", failed.Load())
+	if err := pubbench.Concurrently(pub, topic, msgs, workers); err != nil {
+		tb.Fatalf("raw %v", err)
 	}
 	return float64(n) / time.Since(start).Seconds()
 }

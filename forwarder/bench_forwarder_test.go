@@ -22,6 +22,7 @@ import (
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/pubbench"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -164,7 +165,7 @@ ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`, table, ph(1), ph(2))
 					if len(ids) == 0 {
 						return errEmpty
 					}
-					if err := publishConcurrently(pub, dest, batch, fanout); err != nil {
+					if err := pubbench.Concurrently(pub, dest, batch, fanout); err != nil {
 						return err
 					}
 					var b strings.Builder
@@ -212,37 +213,6 @@ ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`, table, ph(1), ph(2))
 }
 
 var errEmpty = fmt.Errorf("empty batch")
-
-// publishConcurrently publishes msgs to topic through up to fanout goroutines and
-// returns the first error.
-func publishConcurrently(pub message.Publisher, topic string, msgs []*message.Message, fanout int) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	var (
-		wg    sync.WaitGroup
-		next  atomic.Int64
-		first error
-		once  sync.Once
-	)
-	for range min(fanout, len(msgs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(msgs)) {
-					return
-				}
-				if err := pub.Publish(topic, msgs[i]); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
 
 // drainResult is what one forwarder drain measured.
 type drainResult struct {

@@ -82,8 +82,12 @@ type Forwarder struct {
 	abandon  chan struct{} // closed when the shutdown deadline passed
 	// handBack is closed handBackMargin before the shutdown deadline: rows a locked batch
 	// handed over to a claim are then deleted or released, within ShutdownTimeout.
-	handBack      chan struct{}
-	closeDeadline time.Time // when Close gives up; set before handBack is closed
+	handBack chan struct{}
+	// handBackCtx is cancelled with handBack: a locked batch whose rows wait for the
+	// router then rolls back (in its own, still live, transaction context).
+	handBackCtx    context.Context
+	handBackCancel context.CancelFunc
+	closeDeadline  time.Time // when Close gives up; set before handBack is closed
 	// hardCtx is cancelled with abandon: store calls of the claim loops and lane workers
 	// stop waiting for a database that does not answer.
 	hardCtx    context.Context
@@ -162,6 +166,7 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 	// lanePending starts false: workers wait for the scout's first look (which flips
 	// and wakes the lanes holding rows) instead of all claiming at once on startup.
 	f.hardCtx, f.hardCancel = context.WithCancel(context.Background())
+	f.handBackCtx, f.handBackCancel = context.WithCancel(f.hardCtx)
 	for i := range f.laneWake {
 		f.laneWake[i] = make(chan struct{}, 1)
 	}
@@ -305,7 +310,10 @@ func (f *Forwarder) Close() error {
 		f.closeDeadline = time.Now().Add(f.cfg.ShutdownTimeout)
 		deadline := time.NewTimer(f.cfg.ShutdownTimeout)
 		defer deadline.Stop()
-		handBack := time.AfterFunc(f.cfg.ShutdownTimeout-f.cfg.handBackMargin(), func() { close(f.handBack) })
+		handBack := time.AfterFunc(f.cfg.ShutdownTimeout-f.cfg.handBackMargin(), func() {
+			close(f.handBack)
+			f.handBackCancel()
+		})
 		defer handBack.Stop()
 		abandon := func() {
 			f.logger.Info("Shutdown timeout: abandoning what is left (claims expire, leases time out)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})

@@ -139,10 +139,10 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, rt *renewTicker, limit in
 		}
 		ob.open++
 		counters.inFlight.Add(1)
-		if !f.emit(ctx, msg, rt, cfg.ClaimTTL, func() {}) {
+		if !f.emit(f.handBackCtx, msg, rt, cfg.ClaimTTL, func() {}) {
 			ob.open-- // never handed over
 			counters.inFlight.Add(-1)
-			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its rows are eligible again")
+			f.rollbackBatch(ob, "Shutting down: locked batch rolled back before the deadline; its rows are eligible again")
 			return nil, len(recs), last, nil
 		}
 		ob.sent = append(ob.sent, emitted{msg: msg, d: d})
@@ -205,8 +205,9 @@ wait:
 			record(e, false)
 		case <-hold:
 			if f.isStopping() {
-				// Shutting down: keep the locks; if the messages do not finish before
-				// ShutdownTimeout the rollback makes the rows eligible again at once.
+				// Shutting down: keep the locks; if the messages do not finish until
+				// shortly before the deadline (handBack) the rollback makes the rows
+				// eligible again at once.
 				hold = nil
 				i--
 				continue
@@ -222,8 +223,10 @@ wait:
 				}
 			}
 			break wait
-		case <-f.abandon:
-			f.rollbackBatch(ob, "Shutdown timeout: locked batch rolled back; its acked rows may be sent again")
+		case <-f.handBack:
+			// Rolled back in the batch's own transaction before the deadline cancels its
+			// context (which would roll it back asynchronously, after Close returned).
+			f.rollbackBatch(ob, "Shutting down: locked batch rolled back before the deadline; its acked rows may be sent again")
 			return nil
 		}
 	}

@@ -17,41 +17,17 @@ var _ outbox.BatchLocker = (*Store)(nil)
 // transaction (see outbox.BatchLocker). The rows stay locked, unchanged, until the batch
 // is finished or rolled back.
 func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
-	limit := p.Limit
 	nowArg, err := timeArg(p.Now)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: lock batch: now: %w", err)
 	}
-	if limit <= 0 {
-		if err := ctx.Err(); err != nil {
+	return lockedbatch.Lock(ctx, &s.batches, s.db, p.Limit, func(tx *sql.Tx) ([]outbox.Record, error) {
+		rows, err := queryB(ctx, tx, s.q.claimUnordered, p.After[:], nowArg, nowArg, int64(p.Limit))
+		if err != nil {
 			return nil, err
 		}
-		return lockedbatch.Empty(), nil
-	}
-	var (
-		tx   *sql.Tx
-		recs []outbox.Record
-	)
-	err = retryDeadlocks(ctx, func() error {
-		t, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			return err
-		}
-		rows, err := queryB(ctx, t, s.q.claimUnordered, p.After[:], nowArg, nowArg, int64(limit))
-		if err == nil {
-			recs, err = scanRecords(rows, nil, limit)
-		}
-		if err != nil {
-			_ = t.Rollback()
-			return err
-		}
-		tx = t
-		return nil
+		return scanRecords(rows, nil, p.Limit)
 	})
-	if err != nil {
-		return nil, wrapErr("lock batch", err)
-	}
-	return lockedbatch.Open(&s.batches, tx, recs)
 }
 
 // finishBatch runs LockedBatch.Finish's statements in the batch's transaction.

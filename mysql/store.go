@@ -53,7 +53,7 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, opts: opts, q: newQueries(newNames(opts))}
-	s.batches = lockedbatch.Dialect{Name: "mysql", Wrap: wrapErr, Finish: s.finishBatch}
+	s.batches = lockedbatch.Dialect{Name: "mysql", Wrap: wrapErr, Finish: s.finishBatch, Retry: retryDeadlocks}
 	return s, nil
 }
 

@@ -16,23 +16,9 @@ var _ outbox.BatchLocker = (*Store)(nil)
 // transaction (see outbox.BatchLocker). The rows stay locked, unchanged, until the batch
 // is finished or rolled back.
 func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
-	limit := p.Limit
-	if limit < 1 {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		return lockedbatch.Empty(), nil // the contract: below 1 locks nothing
-	}
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return nil, wrap("lock batch", err)
-	}
-	recs, err := s.lockRows(ctx, tx, limit, p.After, p.Now)
-	if err != nil {
-		_ = tx.Rollback()
-		return nil, wrap("lock batch", err)
-	}
-	return lockedbatch.Open(&s.batches, tx, recs)
+	return lockedbatch.Lock(ctx, &s.batches, s.db, p.Limit, func(tx *sql.Tx) ([]outbox.Record, error) {
+		return s.lockRows(ctx, tx, p.Limit, p.After, p.Now)
+	})
 }
 
 func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, limit int, after outbox.ID, now time.Time) ([]outbox.Record, error) {

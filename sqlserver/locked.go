@@ -17,33 +17,9 @@ var _ outbox.BatchLocker = (*Store)(nil)
 // makes it a locking read also under READ_COMMITTED_SNAPSHOT. The rows stay unchanged
 // until the batch is finished or rolled back.
 func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
-	if p.Limit < 1 {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		return lockedbatch.Empty(), nil
-	}
-	var (
-		tx   *sql.Tx
-		recs []outbox.Record
-	)
-	err := retry(ctx, func() error {
-		t, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			return err
-		}
-		recs, err = s.lockRows(ctx, t, p)
-		if err != nil {
-			_ = t.Rollback()
-			return err
-		}
-		tx = t
-		return nil
+	return lockedbatch.Lock(ctx, &s.batches, s.db, p.Limit, func(tx *sql.Tx) ([]outbox.Record, error) {
+		return s.lockRows(ctx, tx, p)
 	})
-	if err != nil {
-		return nil, wrap("lock batch", err)
-	}
-	return lockedbatch.Open(&s.batches, tx, recs)
 }
 
 func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, p outbox.LockParams) ([]outbox.Record, error) {

@@ -47,7 +47,7 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 		return nil, errors.New("sqlserver: New: nil *sql.DB")
 	}
 	s := &Store{db: db, opts: opts, q: newQueries(newNames(opts.Options)), script: createStatements(opts)}
-	s.batches = lockedbatch.Dialect{Name: "sqlserver", Wrap: wrap, Finish: s.finishBatch}
+	s.batches = lockedbatch.Dialect{Name: "sqlserver", Wrap: wrap, Finish: s.finishBatch, Retry: retry}
 	return s, nil
 }
 

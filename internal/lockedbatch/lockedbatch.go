@@ -19,6 +19,46 @@ type Dialect struct {
 	// Finish runs the statements of LockedBatch.Finish in tx, for the IDs of p that are
 	// in the batch (in). It does not commit.
 	Finish func(ctx context.Context, tx *sql.Tx, in batchids.Set, p outbox.FinishParams) error
+	// Retry runs fn again while it fails as a deadlock victim (nil: once).
+	Retry func(ctx context.Context, fn func() error) error
+}
+
+// Lock is LockBatch: a limit below 1 locks nothing; otherwise it opens a READ COMMITTED
+// transaction on db and runs lock in it (again, in a new transaction, when it is chosen
+// as a deadlock victim), and returns the batch of the rows lock returns.
+func Lock(ctx context.Context, d *Dialect, db *sql.DB, limit int, lock func(tx *sql.Tx) ([]outbox.Record, error)) (outbox.LockedBatch, error) {
+	if limit < 1 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return Empty(), nil // the contract: below 1 locks nothing
+	}
+	var (
+		tx   *sql.Tx
+		recs []outbox.Record
+	)
+	attempt := func() error {
+		t, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		if recs, err = lock(t); err != nil {
+			_ = t.Rollback()
+			return err
+		}
+		tx = t
+		return nil
+	}
+	var err error
+	if d.Retry != nil {
+		err = d.Retry(ctx, attempt)
+	} else {
+		err = attempt()
+	}
+	if err != nil {
+		return nil, d.Wrap("lock batch", err)
+	}
+	return Open(d, tx, recs)
 }
 
 // Empty is a batch that locked nothing: Finish and Rollback do nothing.

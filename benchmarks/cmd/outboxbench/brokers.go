@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -17,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
+	"github.com/relayer-go/watermill-outbox/internal/pubbench"
 )
 
 const (
@@ -64,7 +63,8 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 				raw, err = rawPublish(pub, topic, n, workers)
 				return err
 			}
-			measureOurs := func(cfg forwarder.Config, rate *float64) error {
+			// filled runs fn over a fresh topic and a table holding n rows for it.
+			filled := func(fn func(pub message.Publisher, t *outboxTable) error) error {
 				pub, topic, cleanup, err := b.setup(run)
 				if err != nil {
 					return err
@@ -78,28 +78,22 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 				if err := fillOutbox(ctx, t, n, 0, topic); err != nil {
 					return err
 				}
-				cp := &countingPublisher{next: pub}
-				*rate, err = runOurs(ctx, t, cfg, 1, cp, cp.Count, n, 5*time.Minute)
-				return err
+				return fn(pub, t)
+			}
+			measureOurs := func(cfg forwarder.Config, rate *float64) error {
+				return filled(func(pub message.Publisher, t *outboxTable) (err error) {
+					cp := &countingPublisher{next: pub}
+					*rate, err = runOurs(ctx, t, cfg, 1, cp, cp.Count, n, 5*time.Minute)
+					return err
+				})
 			}
 			// The database-backed ceiling: the hand-written SKIP LOCKED loop, each of its 4
 			// workers publishing a batch through workers/4 goroutines at once.
 			measureLoop := func() error {
-				pub, topic, cleanup, err := b.setup(run)
-				if err != nil {
+				return filled(func(pub message.Publisher, t *outboxTable) (err error) {
+					loop, err = rawLoop(ctx, e, t, pub, workers/4, n, 5*time.Minute)
 					return err
-				}
-				defer cleanup()
-				t, err := e.newOutboxTable(ctx)
-				if err != nil {
-					return err
-				}
-				defer t.drop()
-				if err := fillOutbox(ctx, t, n, 0, topic); err != nil {
-					return err
-				}
-				loop, err = rawLoop(ctx, e, t, pub, workers/4, n, 5*time.Minute)
-				return err
+				})
 			}
 			steps := []func() error{
 				measureRaw,
@@ -134,29 +128,9 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 // rawPublish publishes n messages with `workers` goroutines through pub; messages/s.
 func rawPublish(pub message.Publisher, topic string, n, workers int) (float64, error) {
 	msgs := newMessages(n)
-	var next, failed atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
 	start := time.Now()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				if err := pub.Publish(topic, msgs[i]); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		return 0, fmt.Errorf("raw publish: %d failures, first: %v", failed.Load(), firstErr.Load())
+	if err := pubbench.Concurrently(pub, topic, msgs, workers); err != nil {
+		return 0, fmt.Errorf("raw %w", err)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }

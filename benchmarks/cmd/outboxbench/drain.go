@@ -14,6 +14,7 @@ import (
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/pubbench"
 )
 
 // wmTuned is the best watermill-sql setting found for draining: the queue schema
@@ -327,7 +328,7 @@ func rawBatch(ctx context.Context, e *engine, t *outboxTable, sel string, pub me
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	if err := publishConcurrently(pub, dest, batch, fanout); err != nil {
+	if err := pubbench.Concurrently(pub, dest, batch, fanout); err != nil {
 		return 0, err
 	}
 	var b strings.Builder
@@ -343,34 +344,4 @@ func rawBatch(ctx context.Context, e *engine, t *outboxTable, sel string, pub me
 		return 0, err
 	}
 	return len(ids), tx.Commit()
-}
-
-// publishConcurrently publishes msgs to topic through up to fanout goroutines and
-// returns the first error.
-func publishConcurrently(pub message.Publisher, topic string, msgs []*message.Message, fanout int) error {
-	var (
-		wg    sync.WaitGroup
-		next  atomic.Int64
-		first atomic.Value
-	)
-	for range min(fanout, len(msgs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(msgs)) {
-					return
-				}
-				if err := pub.Publish(topic, msgs[i]); err != nil {
-					first.CompareAndSwap(nil, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := first.Load().(error); ok {
-		return err
-	}
-	return nil
 }
