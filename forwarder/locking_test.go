@@ -192,8 +192,9 @@ func TestLockingUnsendableRowsParked(t *testing.T) {
 }
 
 // A forwarder closed while its locked batch is still out (a message never acked) rolls
-// the batch back when ShutdownTimeout passes: its rows are eligible again at once, with
-// their attempts unchanged, not after ClaimTTL.
+// the batch back shortly before ShutdownTimeout passes, in the batch's own transaction:
+// when Close returns its rows are eligible again at once, with their attempts unchanged,
+// not after ClaimTTL.
 func TestLockingShutdownReleasesOpenBatch(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		bl := requireLocker(t, tb)
