@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,9 +236,7 @@ func TestUnsendableRowsParked(t *testing.T) {
 				t.Errorf("row %s parked with %q, want it to mention %q", id, reasons[id], want)
 			}
 		}
-		if s := f.Stats(); s.Unordered.Parked != 3 || s.Unordered.Sent != 1 {
-			t.Errorf("unordered stats %+v", s.Unordered)
-		}
+		waitUnordered(t, f, func(s LaneSnapshot) bool { return s.Parked == 3 && s.Sent == 1 })
 	})
 }
 
@@ -657,5 +656,45 @@ func TestLaneWorkerKeepsClaimingPastTheScout(t *testing.T) {
 		tb.insert(t, recs...)
 		f.Notify(outbox.Commit{Lanes: []int{recs[0].Lane}})
 		waitFor(t, 2*time.Second, "every row of the notified lane sent", func() bool { return len(rec.got()) == n })
+	})
+}
+
+// refuseFirstFail is a store whose first Fail reports the row no longer claimed (as
+// when its claim expired before the completer ran) without recording anything.
+type refuseFirstFail struct {
+	outbox.Store
+	refused atomic.Bool
+}
+
+func (s *refuseFirstFail) Fail(ctx context.Context, p outbox.FailParams) (bool, error) {
+	if !s.refused.Swap(true) {
+		return false, nil
+	}
+	return s.Store.Fail(ctx, p)
+}
+
+// A token claim's failure is counted once the store has recorded it: a Fail the store
+// no longer accepts counts nothing (the row comes back when its claim expires), so the
+// counters match the attempts stored on the row.
+func TestUnorderedFailureCountedOnceRecorded(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		poison := tb.row("t", "", "poison")
+		tb.insert(t, poison)
+		rec := newRecorder()
+		rec.setFail(func(string, *message.Message) error { return errors.New("poison pill") })
+		st := &refuseFirstFail{Store: tb.store}
+		cfg := fastConfig()
+		cfg.DisableOrdered = true
+		cfg.ClaimTTL = 500 * time.Millisecond // the refused row comes back after it
+		cfg.MaxAttempts = 2
+		f, _ := start(t, st, Targets{"": rec}, cfg)
+		waitFor(t, 20*time.Second, "poison parked", func() bool { return len(tb.parked(t)) == 1 })
+		if p := tb.parked(t)[0]; p.Attempts != 2 {
+			t.Errorf("parked with attempts %d, want 2", p.Attempts)
+		}
+		if n := rec.callCount(); n != 3 {
+			t.Errorf("%d publish attempts, want 3 (one not recorded)", n)
+		}
+		waitUnordered(t, f, func(s LaneSnapshot) bool { return s.Failed == 2 && s.Parked == 1 })
 	})
 }

@@ -260,6 +260,24 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 // fastConfig is a configuration with short intervals for tests.
+// waitUnordered waits until the unordered counters satisfy ok. Failures and parks are
+// counted once the store has recorded them, which a test sees in the table first.
+func waitUnordered(t *testing.T, f *Forwarder, ok func(LaneSnapshot) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := f.Stats().Unordered
+		if ok(s) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("unordered stats %+v", s)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func fastConfig() Config {
 	return Config{
 		PollInterval:    10 * time.Millisecond,

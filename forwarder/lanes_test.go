@@ -177,10 +177,7 @@ func TestMaxAttemptsParks(t *testing.T) {
 				t.Errorf("poison %s published %d times, want 3", u, *(n.(*int)))
 			}
 		}
-		s := f.Stats()
-		if s.Unordered.Parked != 1 || s.Unordered.Failed != 3 {
-			t.Errorf("unordered stats %+v", s.Unordered)
-		}
+		waitUnordered(t, f, func(s LaneSnapshot) bool { return s.Parked == 1 && s.Failed == 3 })
 		waitFor(t, 5*time.Second, "only parked rows left", func() bool { return tb.rows(t) == 2 })
 	})
 }

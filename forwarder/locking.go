@@ -277,7 +277,7 @@ func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time
 				f.submit(storeJob{complete: &outbox.CompleteParams{Token: token, IDs: []outbox.ID{e.d.row.ID}, Lane: outbox.Unordered}, until: until})
 			case <-e.msg.Nacked():
 				settled()
-				fp := f.unorderedFailure(e.d, token)
+				fp := f.failureOf(e.d, token)
 				f.submit(storeJob{fail: &fp, until: until})
 			case <-renew.C:
 				ids := rowIDs(rest[i:])
@@ -340,14 +340,6 @@ func (f *Forwarder) abandonClaimed(rest []emitted, token outbox.Token) {
 	}
 }
 
-// unorderedFailure is the failure record of a nacked unordered row, counted and logged
-// (the token path: the failure is recorded through a completer).
-func (f *Forwarder) unorderedFailure(d *delivery, token outbox.Token) outbox.FailParams {
-	fp := f.failureOf(d, token)
-	f.countFailed(&fp)
-	return fp
-}
-
 // failureOf is the failure record of a nacked unordered row: the next attempt after the
 // backoff, or parked after MaxAttempts.
 func (f *Forwarder) failureOf(d *delivery, token outbox.Token) outbox.FailParams {
@@ -360,7 +352,9 @@ func (f *Forwarder) failureOf(d *delivery, token outbox.Token) outbox.FailParams
 	}
 }
 
-// countFailed counts a failure of an unordered row and logs it when it parks the row.
+// countFailed counts a failure of an unordered row that the store has recorded, and
+// logs it when it parked the row. Every path counts only what the store recorded: a
+// locked batch after its commit, a token claim after its completer's Fail.
 func (f *Forwarder) countFailed(fp *outbox.FailParams) {
 	f.countFailure(outbox.Unordered, fp.Park)
 	if fp.Park {

@@ -22,24 +22,6 @@ func lockingConfig() Config {
 	return cfg
 }
 
-// waitUnordered waits until the unordered counters satisfy ok. A locked batch counts
-// its failures and parks right after its commit, which a test sees in the table first.
-func waitUnordered(t *testing.T, f *Forwarder, ok func(LaneSnapshot) bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s := f.Stats().Unordered
-		if ok(s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("unordered stats %+v", s)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func requireLocker(t *testing.T, tb *table) outbox.BatchLocker {
 	t.Helper()
 	bl, ok := tb.store.(outbox.BatchLocker)

@@ -16,7 +16,9 @@ import (
 type Metrics interface {
 	// MessageSent counts a message acked by the handler (its row is then deleted).
 	MessageSent(lane int)
-	// MessageFailed counts a failed attempt (nack, or a row that cannot be sent).
+	// MessageFailed counts a failed attempt (nack, or a row that cannot be sent) once the
+	// store has recorded it (a failure the store no longer accepts, its claim or lease
+	// gone, or a locked batch that rolled back, is not counted: the row is tried again).
 	MessageFailed(lane int)
 	// MessageParked counts a row parked by this forwarder.
 	MessageParked(lane int)

@@ -97,7 +97,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 			f.metrics.MessageSent(outbox.Unordered)
 			return
 		}
-		fp := f.unorderedFailure(r.d, b.token)
+		fp := f.failureOf(r.d, b.token)
 		f.submit(storeJob{fail: &fp, until: b.until})
 		if b.open == 0 && len(b.acked) == 0 {
 			delete(batches, b.token)
@@ -305,13 +305,12 @@ func (f *Forwarder) releaseUnordered(token outbox.Token, recs []outbox.Record) {
 	}
 }
 
-// parkClaimed parks an unordered row that cannot be sent (through a completer).
+// parkClaimed parks an unordered row that cannot be sent (through a completer, which
+// counts and logs it once the store has parked it).
 func (f *Forwarder) parkClaimed(rec *outbox.Record, token outbox.Token, reason string) {
-	f.logger.Error("Parking a row that cannot be sent", nil, watermill.LogFields{"row_id": rec.ID.String(), "reason": reason})
 	f.submit(storeJob{fail: &outbox.FailParams{
 		ID: rec.ID, Token: token, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered,
 	}, until: f.now().Add(f.cfg.ClaimTTL)})
-	f.countFailure(outbox.Unordered, true)
 }
 
 func (f *Forwarder) countFailure(lane int, parked bool) {
@@ -371,7 +370,10 @@ func (f *Forwarder) runJob(j storeJob) {
 			p.Now = f.now() // RetryAt stays relative to the failure
 			var ok bool
 			ok, err = f.store.Fail(ctx, *p)
-			if err == nil && !ok {
+			switch {
+			case err == nil && ok:
+				f.countFailed(p) // counted once recorded, as on the other paths
+			case err == nil:
 				f.logger.Debug("Failed row no longer claimed (claim expired)", watermill.LogFields{"row_id": p.ID.String()})
 			}
 		}
