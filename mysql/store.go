@@ -14,6 +14,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
+	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
 // DeadlockAttempts is how many times an operation runs when InnoDB picks it as a
@@ -938,16 +939,8 @@ func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
 	if err != nil {
 		return nil, wrapErr("members", err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
-			return nil, wrapErr("members", err)
-		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrows.Strings(rows)
+	if err != nil {
 		return nil, wrapErr("members", err)
 	}
 	// The collation sorts by code point but pads spaces; Go order is the contract.

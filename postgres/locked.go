@@ -8,6 +8,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/batchids"
 	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
+	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
 var _ outbox.BatchLocker = (*Store)(nil)
@@ -28,18 +29,7 @@ func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, limit int, after outbo
 	}
 	sc := s.scanner()
 	defer s.scanners.Put(sc)
-	var recs []outbox.Record
-	for rows.Next() {
-		recs = grow(recs)
-		if err := sc.scan(rows, &recs[len(recs)-1]); err != nil {
-			rows.Close()
-			return nil, err
-		}
-	}
-	if err := closeRows(rows); err != nil {
-		return nil, err
-	}
-	return recs, nil
+	return sqlrows.Collect(rows, sc.scan)
 }
 
 // finishBatch runs LockedBatch.Finish's statements in the batch's transaction.

@@ -14,6 +14,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
 	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
+	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
 // Store is the PostgreSQL outbox.Store. It is safe for concurrent use; every method
@@ -534,24 +535,8 @@ func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
 	if err != nil {
 		return nil, wrap("leases", err)
 	}
-	var out []outbox.Lease
-	for rows.Next() {
-		var (
-			l     outbox.Lease
-			token sql.RawBytes
-		)
-		if err := rows.Scan(&l.Lane, &l.Owner, &token, &l.ExpiresAt); err != nil {
-			rows.Close()
-			return nil, wrap("leases", err)
-		}
-		copy(l.Token[:], token)
-		l.ExpiresAt = l.ExpiresAt.UTC()
-		out = append(out, l)
-	}
-	if err := closeRows(rows); err != nil {
-		return nil, wrap("leases", err)
-	}
-	return out, nil
+	out, err := sqlrows.Leases(rows)
+	return out, wrap("leases", err)
 }
 
 func checkOwner(op, owner string) error {
@@ -579,19 +564,8 @@ func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
 	if err != nil {
 		return nil, wrap("members", err)
 	}
-	var out []string
-	for rows.Next() {
-		var owner string
-		if err := rows.Scan(&owner); err != nil {
-			rows.Close()
-			return nil, wrap("members", err)
-		}
-		out = append(out, owner)
-	}
-	if err := closeRows(rows); err != nil {
-		return nil, wrap("members", err)
-	}
-	return out, nil
+	out, err := sqlrows.Strings(rows)
+	return out, wrap("members", err)
 }
 
 // Leave removes owner's heartbeat.

@@ -13,6 +13,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
 	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
+	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
 // maxOwnerUnits is the size of the owner columns (nvarchar(400): the nodes table's key
@@ -589,24 +590,8 @@ func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
 	if err != nil {
 		return nil, wrap("leases", err)
 	}
-	var out []outbox.Lease
-	for rows.Next() {
-		var (
-			l   outbox.Lease
-			tok sql.RawBytes
-		)
-		if err := rows.Scan(&l.Lane, &l.Owner, &tok, &l.ExpiresAt); err != nil {
-			rows.Close()
-			return nil, wrap("leases", err)
-		}
-		copy(l.Token[:], tok)
-		l.ExpiresAt = l.ExpiresAt.UTC()
-		out = append(out, l)
-	}
-	if err := closeRows(rows); err != nil {
-		return nil, wrap("leases", err)
-	}
-	return out, nil
+	out, err := sqlrows.Leases(rows)
+	return out, wrap("leases", err)
 }
 
 // Heartbeat records that owner is alive until until.
@@ -625,16 +610,8 @@ func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
 	if err != nil {
 		return nil, wrap("members", err)
 	}
-	var out []string
-	for rows.Next() {
-		var owner string
-		if err := rows.Scan(&owner); err != nil {
-			rows.Close()
-			return nil, wrap("members", err)
-		}
-		out = append(out, owner)
-	}
-	if err := closeRows(rows); err != nil {
+	out, err := sqlrows.Strings(rows)
+	if err != nil {
 		return nil, wrap("members", err)
 	}
 	sort.Strings(out)

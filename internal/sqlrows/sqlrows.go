@@ -1,0 +1,51 @@
+// Package sqlrows scans the small result sets the dialects share the shape of (leases,
+// members, locked rows), so that each dialect keeps only its statements and its error
+// wrapping.
+package sqlrows
+
+import (
+	"database/sql"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// Collect scans every row of rows into a new element with scan, then closes rows. The
+// error is the first of scan's, the iteration's and Close's.
+func Collect[T any](rows *sql.Rows, scan func(rows *sql.Rows, dst *T) error) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		var zero T
+		out = append(out, zero)
+		if err := scan(rows, &out[len(out)-1]); err != nil {
+			rows.Close()
+			return nil, err
+		}
+	}
+	err := rows.Err()
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Strings collects a result of one text column.
+func Strings(rows *sql.Rows) ([]string, error) {
+	return Collect(rows, func(rows *sql.Rows, s *string) error { return rows.Scan(s) })
+}
+
+// Leases collects (lane, owner, token, expires_at) rows whose driver scans expires_at
+// into a time.Time (reported in UTC).
+func Leases(rows *sql.Rows) ([]outbox.Lease, error) {
+	var token sql.RawBytes
+	return Collect(rows, func(rows *sql.Rows, l *outbox.Lease) error {
+		if err := rows.Scan(&l.Lane, &l.Owner, &token, &l.ExpiresAt); err != nil {
+			return err
+		}
+		copy(l.Token[:], token)
+		l.ExpiresAt = l.ExpiresAt.UTC()
+		return nil
+	})
+}
