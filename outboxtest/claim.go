@@ -24,11 +24,7 @@ func claimTests() []subtest {
 // is not claimed again while the claim lives; Limit bounds each claim.
 func testClaimExclusive(t *testing.T, h Harness) {
 	e := newEnv(t, h)
-	var recs []outbox.Record
-	for i := 0; i < 5; i++ {
-		recs = append(recs, NewRecord(at(0)))
-	}
-	e.insert(recs...)
+	recs := e.insertNew(5)
 	until := at(time.Minute)
 	tokA, a := e.claimUnordered(2, at(0), until)
 	sameIDs(t, "first claim (limit 2)", ids(a), idsOf(recs[:2]...))
@@ -181,11 +177,7 @@ func testClaimSkipsLocked(t *testing.T, h Harness) {
 // behind the cursor stay eligible for a claim from the start.
 func testClaimAfter(t *testing.T, h Harness) {
 	e := newEnv(t, h)
-	var recs []outbox.Record
-	for range 5 {
-		recs = append(recs, NewRecord(at(0)))
-	}
-	e.insert(recs...)
+	recs := e.insertNew(5)
 	until := at(time.Minute)
 	got := e.claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 2, Now: at(0), Until: until, Token: outbox.NewToken(), After: recs[1].ID})
 	sameIDs(t, "claim after the second row (limit 2)", ids(got), idsOf(recs[2:4]...))

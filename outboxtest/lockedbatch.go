@@ -103,11 +103,7 @@ func testLockedBatchEligible(t *testing.T, h Harness) {
 func testLockedBatchDisjoint(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	bl := e.locker(t)
-	var recs []outbox.Record
-	for range 5 {
-		recs = append(recs, NewRecord(at(0)))
-	}
-	e.insert(recs...)
+	recs := e.insertNew(5)
 	now := at(time.Second)
 	first := e.lockBatch(bl, e.ctx, 2, now)
 	sameIDs(t, "first batch", ids(first.Records()), idsOf(recs[:2]...))
@@ -132,10 +128,7 @@ func testLockedBatchDisjoint(t *testing.T, h Harness) {
 func testLockedBatchFinish(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	bl := e.locker(t)
-	var recs []outbox.Record
-	for range 6 {
-		recs = append(recs, NewRecord(at(0)))
-	}
+	recs := newRecords(6)
 	e.insert(recs[:5]...)
 	outside := recs[5] // inserted after the batch locked its rows
 	now := at(time.Second)
@@ -309,11 +302,7 @@ func testLockedBatchEmpty(t *testing.T, h Harness) {
 func testLockedBatchAfter(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	bl := e.locker(t)
-	var recs []outbox.Record
-	for range 5 {
-		recs = append(recs, NewRecord(at(0)))
-	}
-	e.insert(recs...)
+	recs := e.insertNew(5)
 	b := e.lockBatchAfter(bl, e.ctx, 10, at(0), recs[1].ID)
 	sameIDs(t, "LockBatch after the second row", ids(b.Records()), ids(recs[2:]))
 	rollback(t, b)
@@ -330,11 +319,7 @@ func testLockedBatchAfter(t *testing.T, h Harness) {
 func testLockedBatchHandover(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	bl := e.locker(t)
-	var recs []outbox.Record
-	for range 3 {
-		recs = append(recs, NewRecord(at(0)))
-	}
-	e.insert(recs...)
+	recs := e.insertNew(3)
 	now := at(time.Second)
 	b := e.lockBatch(bl, e.ctx, 10, now)
 	if err := b.Finish(e.ctx, outbox.FinishParams{Claim: idsOf(recs[1])}); err == nil {

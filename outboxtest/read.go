@@ -101,11 +101,7 @@ func testAfterCursor(t *testing.T, h Harness) {
 // Read never returns more rows than len(dst), whatever cap(dst), and fills dst itself.
 func testReadLimit(t *testing.T, h Harness) {
 	e := newEnv(t, h)
-	var recs []outbox.Record
-	for i := 0; i < 10; i++ {
-		recs = append(recs, NewRecord(at(0)))
-	}
-	e.insert(recs...)
+	recs := e.insertNew(10)
 	for _, n := range []int{0, 1, 3, 9, 10, 11} {
 		dst := make([]outbox.Record, n, n+20)
 		got, err := e.store.Read(e.ctx, outbox.ReadQuery{Lane: outbox.Unordered, Now: at(0)}, dst)

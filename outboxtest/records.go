@@ -165,3 +165,12 @@ func short(b []byte) string {
 	}
 	return fmt.Sprintf("%x (%d bytes)", b, len(b))
 }
+
+// newRecords returns n records of NewRecord(at(0)), in ID order.
+func newRecords(n int) []outbox.Record {
+	recs := make([]outbox.Record, n)
+	for i := range recs {
+		recs[i] = NewRecord(at(0))
+	}
+	return recs
+}

@@ -151,6 +151,14 @@ func at(d time.Duration) time.Time { return BaseTime().Add(d) }
 var far = at(10 * 365 * 24 * time.Hour)
 
 // insert writes recs in one committed transaction.
+// insertNew inserts n records of newRecords and returns them.
+func (e *env) insertNew(n int) []outbox.Record {
+	e.t.Helper()
+	recs := newRecords(n)
+	e.insert(recs...)
+	return recs
+}
+
 func (e *env) insert(recs ...outbox.Record) {
 	e.t.Helper()
 	tx, err := e.h.DB.BeginTx(e.ctx, nil)
