@@ -227,6 +227,14 @@ type drainResult struct {
 // forwarderDrain runs a forwarder over a full table until it is empty.
 func forwarderDrain(tb testing.TB, e engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int) drainResult {
 	tb.Helper()
+	return forwarderDrainVia(tb, e, db, store, cfg, pub, count, n, runForwarder)
+}
+
+// forwarderDrainVia is forwarderDrain with the forwarder run by run (Forwarder.Run, or
+// a Watermill router: runInRouter).
+func forwarderDrainVia(tb testing.TB, e engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int,
+	run func(testing.TB, *forwarder.Forwarder) func()) drainResult {
+	tb.Helper()
 	runtime.GC()
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
@@ -259,7 +267,7 @@ func forwarderDrain(tb testing.TB, e engine, db *sql.DB, store outbox.Store, cfg
 		tb.Fatal(err)
 	}
 	start := time.Now()
-	stop := runForwarder(tb, fwd)
+	stop := run(tb, fwd)
 	for count() < int64(n) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -303,13 +311,17 @@ func rss() uint64 {
 // Reports rows/s of each, their ratios (goal >= 0.8), allocations and bytes per
 // forwarded message (of the default Config), and the Go CPU per message of the loop and
 // of UnorderedLocking (this process only: the database server's work is not in it).
+// Every forwarder runs through Forwarder.Run, which needs no router; UnorderedLocking
+// runs once more as a handler of a Watermill router (AddToRouter), which measures what
+// the router costs side by side (fwdlocked_router_rows/s, ratio_locked_router).
 func BenchmarkDrain(b *testing.B) {
 	n := benchRows()
 	for _, e := range engines {
 		b.Run(e.name, func(b *testing.B) {
 			db, _ := e.open(b)
 			var base, def, big, locked, locked500, ratio, ratio500, ratioLocked, ratioLocked500, allocs, bytes []float64
-			var baseCPU, lockedCPU []float64 // Go CPU ns per message
+			var baseCPU, lockedCPU, routerCPU []float64 // Go CPU ns per message
+			var viaRouter, ratioRouter []float64
 			cpuPerMsg := func(run func()) float64 {
 				c0 := processCPU()
 				run()
@@ -354,6 +366,13 @@ func BenchmarkDrain(b *testing.B) {
 						},
 						func() {
 							nop, st := fresh()
+							routerCPU = append(routerCPU, cpuPerMsg(func() {
+								viaRouter = append(viaRouter, forwarderDrainVia(b, e, db, st, forwarder.Config{UnorderedLocking: true}, nop, nop.Count, n, runInRouter).rate)
+							}))
+							quiesce(b, e, db, st.Options())
+						},
+						func() {
+							nop, st := fresh()
 							cfg := forwarder.Config{UnorderedLocking: true, ClaimBatch: forwarder.ClaimBatchDefault, InFlight: forwarder.InFlightDefault}
 							locked500 = append(locked500, forwarderDrain(b, e, db, st, cfg, nop, nop.Count, n).rate)
 							quiesce(b, e, db, st.Options())
@@ -369,6 +388,7 @@ func BenchmarkDrain(b *testing.B) {
 					ratio500 = append(ratio500, big[len(big)-1]/base[len(base)-1])
 					ratioLocked = append(ratioLocked, locked[len(locked)-1]/base[len(base)-1])
 					ratioLocked500 = append(ratioLocked500, locked500[len(locked500)-1]/base[len(base)-1])
+					ratioRouter = append(ratioRouter, viaRouter[len(viaRouter)-1]/base[len(base)-1])
 				}
 			}
 			b.ReportMetric(median(base), "baseline_rows/s")
@@ -382,6 +402,9 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(median(ratioLocked500), "ratio_locked250")
 			b.ReportMetric(median(baseCPU), "baseline_cpu_ns/msg")
 			b.ReportMetric(median(lockedCPU), "fwdlocked_cpu_ns/msg")
+			b.ReportMetric(median(viaRouter), "fwdlocked_router_rows/s")
+			b.ReportMetric(median(ratioRouter), "ratio_locked_router")
+			b.ReportMetric(median(routerCPU), "fwdlocked_router_cpu_ns/msg")
 			b.ReportMetric(median(allocs), "allocs/msg")
 			b.ReportMetric(median(bytes), "B/msg")
 			b.ReportMetric(0, "ns/op")
@@ -567,4 +590,32 @@ func quiesce(tb testing.TB, e engine, db *sql.DB, opts outbox.Options) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// runInRouter runs fwd as the handler of a Watermill router of its own until the test
+// ends or stop is called.
+func runInRouter(tb testing.TB, fwd *forwarder.Forwarder) (stop func()) {
+	tb.Helper()
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := fwd.AddToRouter(r); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("router: %v", err)
+			}
+			_ = fwd.Close()
+		})
+	}
+	tb.Cleanup(stop)
+	return stop
 }

@@ -107,7 +107,7 @@ func run(ctx context.Context, dsn, prefix string) error {
 	}
 	fwdCtx, stopFwd := context.WithCancel(ctx)
 	fwdDone := make(chan error, 1)
-	go func() { fwdDone <- fwd.Run(fwdCtx) }() // the forwarder in a router of its own
+	go func() { fwdDone <- fwd.Run(fwdCtx) }() // the forwarder on its own (no router)
 	defer func() { stopFwd(); <-fwdDone }()
 
 	run := fmt.Sprintf("%d", time.Now().UnixNano())
