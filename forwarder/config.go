@@ -254,11 +254,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// backoff returns the delay before the attempt that follows `attempts` failed ones.
-// handBackMargin is how long before the shutdown deadline the rows a locked batch handed
-// over to a claim are settled (deleted or released), and the bound of that try.
+// handBackMargin is how long before the shutdown deadline a locked batch still waiting
+// for its messages is rolled back and the rows it handed over to a claim are settled.
 func (c *Config) handBackMargin() time.Duration { return min(time.Second, c.ShutdownTimeout/4) }
 
+// backoff returns the delay before the attempt that follows `attempts` failed ones.
 func (c *Config) backoff(attempts int) time.Duration {
 	if attempts < 1 {
 		attempts = 1

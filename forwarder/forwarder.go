@@ -80,14 +80,13 @@ type Forwarder struct {
 
 	stopping chan struct{} // closed by Close: claim nothing new
 	abandon  chan struct{} // closed when the shutdown deadline passed
-	// handBack is closed handBackMargin before the shutdown deadline: rows a locked batch
-	// handed over to a claim are then deleted or released, within ShutdownTimeout.
-	handBack chan struct{}
-	// handBackCtx is cancelled with handBack: a locked batch whose rows wait for the
-	// router then rolls back (in its own, still live, transaction context).
-	handBackCtx    context.Context
+	// handBack is cancelled handBackMargin before the shutdown deadline (and with
+	// hardCtx): a locked batch still waiting for its messages then rolls back in its own,
+	// still live, transaction, and rows it handed over to a claim are deleted or
+	// released, all within ShutdownTimeout.
+	handBack       context.Context
 	handBackCancel context.CancelFunc
-	closeDeadline  time.Time // when Close gives up; set before handBack is closed
+	closeDeadline  time.Time // when Close gives up; set before handBack is cancelled
 	// hardCtx is cancelled with abandon: store calls of the claim loops and lane workers
 	// stop waiting for a database that does not answer.
 	hardCtx    context.Context
@@ -155,7 +154,6 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 		unorderedWake: make([]chan struct{}, config.Claimers),
 		stopping:      make(chan struct{}),
 		abandon:       make(chan struct{}),
-		handBack:      make(chan struct{}),
 		closeDone:     make(chan struct{}),
 		jobs:          make(chan storeJob, config.InFlight),
 		counters:      make([]laneCounters, opts.Lanes+1),
@@ -166,7 +164,7 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 	// lanePending starts false: workers wait for the scout's first look (which flips
 	// and wakes the lanes holding rows) instead of all claiming at once on startup.
 	f.hardCtx, f.hardCancel = context.WithCancel(context.Background())
-	f.handBackCtx, f.handBackCancel = context.WithCancel(f.hardCtx)
+	f.handBack, f.handBackCancel = context.WithCancel(f.hardCtx)
 	for i := range f.laneWake {
 		f.laneWake[i] = make(chan struct{}, 1)
 	}
@@ -310,10 +308,7 @@ func (f *Forwarder) Close() error {
 		f.closeDeadline = time.Now().Add(f.cfg.ShutdownTimeout)
 		deadline := time.NewTimer(f.cfg.ShutdownTimeout)
 		defer deadline.Stop()
-		handBack := time.AfterFunc(f.cfg.ShutdownTimeout-f.cfg.handBackMargin(), func() {
-			close(f.handBack)
-			f.handBackCancel()
-		})
+		handBack := time.AfterFunc(f.cfg.ShutdownTimeout-f.cfg.handBackMargin(), f.handBackCancel)
 		defer handBack.Stop()
 		abandon := func() {
 			f.logger.Info("Shutdown timeout: abandoning what is left (claims expire, leases time out)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})

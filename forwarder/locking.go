@@ -139,7 +139,7 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, rt *renewTicker, limit in
 		}
 		ob.open++
 		counters.inFlight.Add(1)
-		if !f.emit(f.handBackCtx, msg, rt, cfg.ClaimTTL, func() {}) {
+		if !f.emit(f.handBack, msg, rt, cfg.ClaimTTL, func() {}) {
 			ob.open-- // never handed over
 			counters.inFlight.Add(-1)
 			f.rollbackBatch(ob, "Shutting down: locked batch rolled back before the deadline; its rows are eligible again")
@@ -223,7 +223,7 @@ wait:
 				}
 			}
 			break wait
-		case <-f.handBack:
+		case <-f.handBack.Done():
 			// Rolled back in the batch's own transaction before the deadline cancels its
 			// context (which would roll it back asynchronously, after Close returned).
 			f.rollbackBatch(ob, "Shutting down: locked batch rolled back before the deadline; its acked rows may be sent again")
@@ -296,7 +296,7 @@ func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time
 					until = next
 				}
 				continue
-			case <-f.handBack:
+			case <-f.handBack.Done():
 				f.abandonClaimed(rest[i:], token)
 				return
 			}

@@ -121,19 +121,10 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 		}
 		n++
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return dst[:0], wrap("read", err)
 	}
 	return dst[:n], nil
-}
-
-// closeRows closes rows and returns the iteration error, if any.
-func closeRows(rows *sql.Rows) error {
-	err := rows.Err()
-	if cerr := rows.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Claim takes up to c.Limit eligible rows for c.Token in one statement.
@@ -178,7 +169,7 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 			return dst[:0], wrap("claim", err)
 		}
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return dst[:0], wrap("claim", err)
 	}
 	// RETURNING has no order.
@@ -358,7 +349,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 		}
 		st.Lanes = append(st.Lanes, ls)
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return outbox.Stats{}, wrap("stats", err)
 	}
 	slices.SortFunc(st.Lanes, func(a, b outbox.LaneStats) int { return a.Lane - b.Lane })
@@ -392,7 +383,7 @@ func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 		}
 		lanes = append(lanes, lane)
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return nil, wrap("pending lanes", err)
 	}
 	return lanes, nil
@@ -426,7 +417,7 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 			return nil, wrap("list parked", err)
 		}
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return nil, wrap("list parked", err)
 	}
 	return out, nil

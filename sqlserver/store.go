@@ -139,15 +139,6 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (int, error
 	return int(n), err
 }
 
-// closeRows closes rows and returns the iteration error, if any.
-func closeRows(rows *sql.Rows) error {
-	err := rows.Err()
-	if cerr := rows.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
 func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Record) ([]outbox.Record, error) {
 	if err := s.checkLane("read", q.Lane); err != nil {
@@ -176,7 +167,7 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 		}
 		n++
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return dst[:0], wrap("read", err)
 	}
 	return dst[:n], nil
@@ -223,7 +214,7 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 			return dst[:0], wrap("claim", err)
 		}
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return dst[:0], wrap("claim", err)
 	}
 	return dst, nil
@@ -392,7 +383,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 		}
 		st.Lanes = append(st.Lanes, ls)
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return outbox.Stats{}, wrap("stats", err)
 	}
 	sort.Slice(st.Lanes, func(i, j int) bool { return st.Lanes[i].Lane < st.Lanes[j].Lane })
@@ -460,7 +451,7 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 			return nil, wrap("list parked", err)
 		}
 	}
-	if err := closeRows(rows); err != nil {
+	if err := sqlrows.Close(rows); err != nil {
 		return nil, wrap("list parked", err)
 	}
 	return out, nil

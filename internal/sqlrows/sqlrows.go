@@ -1,6 +1,6 @@
-// Package sqlrows scans the small result sets the dialects share the shape of (leases,
-// members, locked rows), so that each dialect keeps only its statements and its error
-// wrapping.
+// Package sqlrows ends the dialects' row iterations (Close) and scans the small result
+// sets they share the shape of (leases, members, locked rows), so that each dialect
+// keeps only its statements and its error wrapping.
 package sqlrows
 
 import (
@@ -21,14 +21,19 @@ func Collect[T any](rows *sql.Rows, scan func(rows *sql.Rows, dst *T) error) ([]
 			return nil, err
 		}
 	}
+	if err := Close(rows); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Close closes rows after an iteration and returns the iteration's error, else Close's.
+func Close(rows *sql.Rows) error {
 	err := rows.Err()
 	if cerr := rows.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return err
 }
 
 // Strings collects a result of one text column.
