@@ -7,7 +7,11 @@
 #   OUTBOX_TEST_POSTGRES_DSN='postgres://postgres@db:5432/test?sslmode=disable' make test
 #   OUTBOX_TEST_MYSQL_DSN= make test        # MySQL tests skip
 #
-# OUTBOX_TEST_REQUIRE=mysql,postgres,amqp turns those skips into failures (CI does that).
+# OUTBOX_TEST_MYSQL_DSN is MariaDB; OUTBOX_TEST_MYSQL_ORACLE_DSN is Oracle MySQL, and when
+# it is set `make test` runs every MySQL test a second time against it (test-mysql-oracle).
+#
+# OUTBOX_TEST_REQUIRE=mysql,mysql-oracle,postgres,amqp turns those skips into failures
+# (CI does that).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,9 +22,10 @@ export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
 OUTBOX_TEST_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
+OUTBOX_TEST_MYSQL_ORACLE_DSN ?= root@tcp(127.0.0.1:3307)/test
 OUTBOX_TEST_POSTGRES_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 OUTBOX_TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
-export OUTBOX_TEST_MYSQL_DSN OUTBOX_TEST_POSTGRES_DSN OUTBOX_TEST_AMQP_URL
+export OUTBOX_TEST_MYSQL_DSN OUTBOX_TEST_MYSQL_ORACLE_DSN OUTBOX_TEST_POSTGRES_DSN OUTBOX_TEST_AMQP_URL
 
 # Extra flags for go test, e.g. GOTESTFLAGS=-count=1 (CI) or GOTESTFLAGS='-run Lane -v'.
 GOTESTFLAGS ?=
@@ -32,14 +37,34 @@ FUZZTIME ?= 30s
 # scripts/services starts only the services whose DSN points at this machine.
 local = $(or $(findstring 127.0.0.1,$(1)),$(findstring localhost,$(1)))
 SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
+	$(if $(call local,$(OUTBOX_TEST_MYSQL_ORACLE_DSN)),mysql-oracle) \
 	$(if $(call local,$(OUTBOX_TEST_POSTGRES_DSN)),postgres) \
 	$(if $(call local,$(OUTBOX_TEST_AMQP_URL)),amqp)
 
-.PHONY: test test-short vet examples bench bench-short fuzz services demo help
+.PHONY: test test-mysql-oracle test-short vet examples bench bench-short fuzz services demo help
 
-## test: go vet, build the examples, then go test -race ./... against the local services
+## test: go vet, build the examples, then go test -race ./... against the local services (MariaDB, PostgreSQL, RabbitMQ), then test-mysql-oracle
 test: services vet examples
-	$(GO) test -race $(GOTESTFLAGS) ./...
+	OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test -race $(GOTESTFLAGS) ./...
+	cd benchmarks && OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test $(GOTESTFLAGS) ./...
+	@$(MAKE) --no-print-directory test-mysql-oracle
+
+# The second pass: every test that talks to MySQL (conformance, dialect, publisher,
+# forwarder, outboxctl, examples, the harness's short run) again, with
+# OUTBOX_TEST_MYSQL_DSN pointed at Oracle MySQL. PostgreSQL's tests ran in the first pass.
+ORACLE_REQUIRE := $(subst mysql-oracle,mysql,$(subst postgres,,$(OUTBOX_TEST_REQUIRE)))
+## test-mysql-oracle: go test -race ./... (and the harness's short run) against Oracle MySQL at OUTBOX_TEST_MYSQL_ORACLE_DSN
+test-mysql-oracle:
+	@if [[ -z "$$OUTBOX_TEST_MYSQL_ORACLE_DSN" ]]; then \
+		if [[ ,$$OUTBOX_TEST_REQUIRE, == *,mysql-oracle,* ]]; then \
+			echo "test-mysql-oracle: mysql-oracle is required (OUTBOX_TEST_REQUIRE) but OUTBOX_TEST_MYSQL_ORACLE_DSN is not set" >&2; exit 1; \
+		fi; \
+		echo "test-mysql-oracle: OUTBOX_TEST_MYSQL_ORACLE_DSN not set: skipping the Oracle MySQL pass"; exit 0; \
+	fi; \
+	export OUTBOX_TEST_MYSQL_DSN="$$OUTBOX_TEST_MYSQL_ORACLE_DSN" OUTBOX_TEST_POSTGRES_DSN= \
+		OUTBOX_TEST_MYSQL_SERVER=mysql OUTBOX_TEST_REQUIRE='$(ORACLE_REQUIRE)'; \
+	echo "test-mysql-oracle: go test against Oracle MySQL at $$OUTBOX_TEST_MYSQL_DSN"; \
+	$(GO) test -race $(GOTESTFLAGS) ./... && \
 	cd benchmarks && $(GO) test $(GOTESTFLAGS) ./...
 
 ## test-short: go test -short ./... (no race detector): the quick loop while editing

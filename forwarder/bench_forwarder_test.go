@@ -23,6 +23,7 @@ import (
 	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/headercodec"
 	"github.com/relayer-go/watermill-outbox/internal/pubbench"
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -577,7 +578,7 @@ func waitAnyLease(tb testing.TB, st outbox.Store, d time.Duration) {
 // measured run does not pay for the previous one.
 func quiesce(tb testing.TB, e engine, db *sql.DB, opts outbox.Options) {
 	tb.Helper()
-	e.drop(tb, db, opts)
+	testenv.Bounded(tb, "drop the drained tables", testenv.CleanupTimeout, func(ctx context.Context) error { return e.drop(ctx, db, opts) })
 	if e.driver != "mysql" {
 		return
 	}

@@ -88,19 +88,18 @@ func (e engine) table(t testing.TB, db *sql.DB, lanes int) outbox.Store {
 	if err := st.CreateSchema(context.Background()); err != nil {
 		t.Fatalf("%s schema: %v", e.name, err)
 	}
-	t.Cleanup(func() { e.drop(t, db, opts) })
+	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error { return e.drop(ctx, db, opts) })
 	return st
 }
 
-func (e engine) drop(t testing.TB, db *sql.DB, opts outbox.Options) {
+func (e engine) drop(ctx context.Context, db *sql.DB, opts outbox.Options) error {
+	var errs []error
 	for _, tb := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+e.qualify(opts, tb))
-		cancel()
-		if err != nil {
-			t.Logf("drop %s: %v", tb, err)
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+e.qualify(opts, tb)); err != nil {
+			errs = append(errs, fmt.Errorf("drop %s: %w", tb, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // rowCount counts every row left in the outbox table (pending or parked).

@@ -106,12 +106,14 @@ func newTable(t testing.TB, d dialect, laneCount int) *table {
 	if err := st.CreateSchema(context.Background()); err != nil {
 		t.Fatalf("%s schema: %v", d.name, err)
 	}
-	t.Cleanup(func() {
+	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+		var errs []error
 		for _, name := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
-			if _, err := db.Exec("DROP TABLE IF EXISTS " + d.qualify(opts, name)); err != nil {
-				t.Logf("drop %s: %v", name, err)
+			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.qualify(opts, name)); err != nil {
+				errs = append(errs, fmt.Errorf("drop %s: %w", name, err))
 			}
 		}
+		return errors.Join(errs...)
 	})
 	return &table{d: d, db: db, store: st, opts: st.Options()}
 }

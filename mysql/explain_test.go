@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,51 +15,28 @@ import (
 	"github.com/relayer-go/watermill-outbox/mysql"
 )
 
-// TestExplain proves over 100,000 rows that the hot reads (head of one lane, unordered
-// due rows) and the claims built on them walk ix_status_lane in id order: EXPLAIN shows
-// no table scan and no filesort, and the handler counters show that a LIMIT 100 read
-// touches about 100 index entries, not the table.
+// TestExplain proves that the hot reads (head of one lane, unordered due rows) and the
+// claims built on them walk ix_status_lane in id order, on MariaDB and on Oracle MySQL:
+// each engine's own EXPLAIN shows that index, no table scan and no sort, and the
+// handler counters show that a LIMIT 100 read touches about 100 index entries, never
+// the rows it must skip. The table holds 100,000 rows (1,000,000 with
+// OUTBOX_TEST_FULL=1): a quarter unordered, the rest over 64 lanes, 10 % parked and
+// 10 % scheduled for later.
 func TestExplain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: inserts 100,000 rows")
+	}
+	total := 100_000
+	if os.Getenv("OUTBOX_TEST_FULL") == "1" {
+		total = 1_000_000
 	}
 	db := openDB(t, plainDSN)
 	ctx := t.Context()
 	const laneCount = 64
 	s := newStore(t, db, laneCount)
 	table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
-
-	// 100,000 rows: 25% unordered, the rest spread over 64 lanes; 1% parked and 5% not
-	// due yet, so the filters have something to skip.
-	const total = 100_000
-	recs := make([]outbox.Record, 0, 10_000)
-	var parked []outbox.ID
-	for i := 0; i < total; i++ {
-		key := ""
-		if i%4 != 0 {
-			key = "key-" + strconv.Itoa(i%997)
-		}
-		r := record(key, laneCount, []byte("explain"))
-		if i%20 == 7 {
-			r.DeliverAt = t0.Add(48 * time.Hour)
-		}
-		if i%100 == 3 {
-			parked = append(parked, r.ID)
-		}
-		recs = append(recs, r)
-		if len(recs) == cap(recs) {
-			insert(t, ctx, db, s, recs)
-			recs = recs[:0]
-		}
-	}
-	for _, id := range parked {
-		if ok, err := s.Park(ctx, id, "explain", t0); err != nil || !ok {
-			t.Fatalf("Park = %v, %v", ok, err)
-		}
-	}
-	if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
-		t.Fatal(err)
-	}
+	fillExplainTable(t, ctx, db, s, table, total, laneCount)
+	mariadb := isMariaDB(t, db)
 
 	const lane, limit = 5, 100
 	queries := mysql.HotStatements(s, lane, t0.Add(time.Hour), limit)
@@ -69,30 +47,108 @@ func TestExplain(t *testing.T) {
 	sort.Strings(names)
 	for _, name := range names {
 		q := queries[name]
-		plan := explain(t, ctx, db, q)
-		t.Logf("EXPLAIN %s: type=%s key=%s rows=%s Extra=%q", name, plan["type"], plan["key"], plan["rows"], plan["Extra"])
-		if plan["type"] == "ALL" || plan["type"] == "index" {
-			t.Errorf("%s scans the table: %s", name, plan)
-		}
-		if plan["key"] != "ix_status_lane" {
-			t.Errorf("%s does not use ix_status_lane: %s", name, plan)
-		}
-		if strings.Contains(plan["Extra"], "filesort") {
-			t.Errorf("%s sorts: %s", name, plan)
-		}
-		// The estimate ignores LIMIT: it counts the index range (at most the unordered
-		// quarter), never the table; the handler counters below show the real work.
-		if rows, _ := strconv.Atoi(plan["rows"]); rows > total*6/10 {
-			t.Errorf("%s estimates %d rows of %d: %s", name, rows, total, plan)
+		if mariadb {
+			checkPlanMariaDB(t, ctx, db, name, q, total)
+		} else {
+			checkPlanMySQL(t, ctx, db, name, q)
 		}
 		if strings.Contains(q, "FOR UPDATE") {
 			continue // a locking read needs a transaction; EXPLAIN above is its plan
 		}
 		reads := handlerReads(t, ctx, db, q)
-		t.Logf("%s: %d handler reads (LIMIT %d or less)", name, reads, limit)
-		if reads > 3*limit {
+		t.Logf("%s: %d handler reads (LIMIT %d or less) over %d rows", name, reads, limit, total)
+		if reads > 3*limit/2 {
 			t.Errorf("%s read %d index entries or rows for LIMIT %d", name, reads, limit)
 		}
+	}
+	// For the record: what the unordered read costs when the engine chooses its own
+	// index (Oracle MySQL walks the primary key: every ordered, parked and scheduled
+	// row before the hundredth due one).
+	free := strings.Replace(queries["unordered due"], " FORCE INDEX (ix_status_lane)", "", 1)
+	t.Logf("unordered due without FORCE INDEX: %d handler reads over %d rows", handlerReads(t, ctx, db, free), total)
+}
+
+// fillExplainTable inserts total rows: every fourth unordered, the rest spread over
+// the lanes by 997 keys; then parks every tenth row and schedules another tenth for
+// two days later, so that the hot reads have rows to skip.
+func fillExplainTable(t *testing.T, ctx context.Context, db *sql.DB, s *mysql.Store, table string, total, laneCount int) {
+	t.Helper()
+	recs := make([]outbox.Record, 0, 10_000)
+	var parked [][]byte
+	for i := 0; i < total; i++ {
+		key := ""
+		if i%4 != 0 {
+			key = "key-" + strconv.Itoa(i%997)
+		}
+		r := record(key, laneCount, []byte("explain"))
+		// Groups of four consecutive rows (one unordered, three ordered) share a state.
+		if i/4%10 == 7 {
+			r.DeliverAt = t0.Add(48 * time.Hour)
+		}
+		if i/4%10 == 3 {
+			parked = append(parked, r.ID[:])
+		}
+		recs = append(recs, r)
+		if len(recs) == cap(recs) || i == total-1 {
+			insert(t, ctx, db, s, recs)
+			recs = recs[:0]
+		}
+	}
+	for len(parked) > 0 {
+		n := min(len(parked), 1000)
+		args := make([]any, n)
+		for i := range args {
+			args[i] = parked[i]
+		}
+		q := "UPDATE " + table + " SET status = 'parked' WHERE id IN (?" + strings.Repeat(", ?", n-1) + ")"
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("park: %v", err)
+		}
+		parked = parked[n:]
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkPlanMariaDB reads MariaDB's tabular EXPLAIN: ix_status_lane, no full scan, no
+// filesort, and a row estimate of an index range, not of the table.
+func checkPlanMariaDB(t *testing.T, ctx context.Context, db *sql.DB, name, q string, total int) {
+	t.Helper()
+	plan := explain(t, ctx, db, q)
+	t.Logf("EXPLAIN %s: type=%s key=%s rows=%s Extra=%q", name, plan["type"], plan["key"], plan["rows"], plan["Extra"])
+	if plan["type"] == "ALL" || plan["type"] == "index" {
+		t.Errorf("%s scans the table: %s", name, plan)
+	}
+	if plan["key"] != "ix_status_lane" {
+		t.Errorf("%s does not use ix_status_lane: %s", name, plan)
+	}
+	if strings.Contains(plan["Extra"], "filesort") {
+		t.Errorf("%s sorts: %s", name, plan)
+	}
+	// The estimate ignores LIMIT: it counts the index range (at most the unordered
+	// quarter), never the table; the handler counters show the real work.
+	if rows, _ := strconv.Atoi(plan["rows"]); rows > total*6/10 {
+		t.Errorf("%s estimates %d rows of %d: %s", name, rows, total, plan)
+	}
+}
+
+// checkPlanMySQL reads Oracle MySQL's tree EXPLAIN: the access path is a range scan or
+// lookup on ix_status_lane, with no table scan, no scan of the primary key and no sort.
+func checkPlanMySQL(t *testing.T, ctx context.Context, db *sql.DB, name, q string) {
+	t.Helper()
+	var tree string
+	if err := db.QueryRowContext(ctx, "EXPLAIN FORMAT=TREE "+q).Scan(&tree); err != nil {
+		t.Fatalf("EXPLAIN FORMAT=TREE: %v", err)
+	}
+	t.Logf("EXPLAIN %s:\n%s", name, tree)
+	for _, bad := range []string{"Table scan", "using PRIMARY", "Sort:", "Index scan"} {
+		if strings.Contains(tree, bad) {
+			t.Errorf("%s: plan has %q", name, bad)
+		}
+	}
+	if !strings.Contains(tree, "using ix_status_lane") {
+		t.Errorf("%s does not use ix_status_lane", name)
 	}
 }
 

@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 )
@@ -59,10 +61,14 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+		var errs []error
 		for _, tbl := range []string{s.n().outbox, s.n().lanes, s.n().nodes} {
-			db.Exec("DROP TABLE IF EXISTS " + tbl)
+			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+tbl); err != nil {
+				errs = append(errs, err)
+			}
 		}
+		return errors.Join(errs...)
 	})
 	if err := s.CreateSchema(ctx); err != nil {
 		t.Fatal(err)

@@ -3,11 +3,14 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/postgres"
@@ -52,13 +55,15 @@ func newStore(t testing.TB, db *sql.DB, opts outbox.Options) *postgres.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 		o := s.Options()
+		var errs []error
 		for _, tbl := range []string{o.OutboxTable(), o.LanesTable(), o.NodesTable()} {
-			if _, err := db.Exec("DROP TABLE IF EXISTS " + postgres.QualifiedTable(o, tbl)); err != nil {
-				t.Errorf("drop %s: %v", tbl, err)
+			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+postgres.QualifiedTable(o, tbl)); err != nil {
+				errs = append(errs, fmt.Errorf("drop %s: %w", tbl, err))
 			}
 		}
+		return errors.Join(errs...)
 	})
 	if err := s.CreateSchema(context.Background()); err != nil {
 		t.Fatal(err)

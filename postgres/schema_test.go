@@ -83,10 +83,9 @@ func TestCreateSchemaInSchema(t *testing.T) {
 	t.Parallel()
 	db := openDB(t, "")
 	schema := `S"` + testenv.Prefix(t)
-	t.Cleanup(func() {
-		if _, err := db.Exec(`DROP SCHEMA IF EXISTS "` + strings.ReplaceAll(schema, `"`, `""`) + `" CASCADE`); err != nil {
-			t.Error(err)
-		}
+	testenv.Cleanup(t, "drop schema "+schema, func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, `DROP SCHEMA IF EXISTS "`+strings.ReplaceAll(schema, `"`, `""`)+`" CASCADE`)
+		return err
 	})
 	prefix := testenv.Prefix(t)
 	prefix += strings.Repeat("x", postgres.MaxTablePrefixBytes-len(prefix))

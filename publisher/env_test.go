@@ -3,6 +3,7 @@ package publisher_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -16,15 +17,17 @@ import (
 // dialect is what the tests need to know about one SQL engine. Each dialect's test
 // file registers one; every test runs against all of them.
 type dialect struct {
-	name    string // testenv service name
-	driver  string
-	dsn     func(testing.TB) string
-	open    func(dsn string) (*sql.DB, error)
-	store   func(db *sql.DB, opts outbox.Options) (outbox.Store, error)
-	table   func(opts outbox.Options, table string) string // quoted, qualified
-	ph      func(n int) string
-	connID  string // SELECT returning the session id
-	killSQL string // statement killing session ph(1) from another session
+	name   string // testenv service name
+	driver string
+	dsn    func(testing.TB) string
+	open   func(dsn string) (*sql.DB, error)
+	store  func(db *sql.DB, opts outbox.Options) (outbox.Store, error)
+	table  func(opts outbox.Options, table string) string // quoted, qualified
+	ph     func(n int) string
+	connID string // SELECT returning the session id
+	// kill returns the statement (and its arguments) that kills session id from another
+	// session. MySQL refuses KILL as a prepared statement, so its id goes in the text.
+	kill func(id int64) (string, []any)
 }
 
 var dialects []*dialect
@@ -95,12 +98,14 @@ func newEnv(t testing.TB, d *dialect, lanes int) *env {
 	ctx := context.Background()
 	e := &env{d: d, db: db, opts: store.Options(), store: store,
 		orders: d.table(opts, opts.TablePrefix+"orders"), outbox: d.table(opts, opts.OutboxTable())}
-	t.Cleanup(func() {
+	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+		var errs []error
 		for _, tb := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable(), opts.TablePrefix + "orders"} {
-			if _, err := db.Exec("DROP TABLE IF EXISTS " + d.table(opts, tb)); err != nil {
-				t.Errorf("cleanup: %v", err)
+			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.table(opts, tb)); err != nil {
+				errs = append(errs, err)
 			}
 		}
+		return errors.Join(errs...)
 	})
 	if err := store.CreateSchema(ctx); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"database/sql"
+	"strconv"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -20,9 +21,9 @@ func init() {
 		store: func(db *sql.DB, opts outbox.Options) (outbox.Store, error) {
 			return mysql.New(db, opts)
 		},
-		table:   mysql.QualifiedTable,
-		ph:      func(int) string { return "?" },
-		connID:  "SELECT CONNECTION_ID()",
-		killSQL: "KILL ?",
+		table:  mysql.QualifiedTable,
+		ph:     func(int) string { return "?" },
+		connID: "SELECT CONNECTION_ID()",
+		kill:   func(id int64) (string, []any) { return "KILL " + strconv.FormatInt(id, 10), nil },
 	})
 }

@@ -21,9 +21,9 @@ func init() {
 		store: func(db *sql.DB, opts outbox.Options) (outbox.Store, error) {
 			return postgres.New(db, opts)
 		},
-		table:   postgres.QualifiedTable,
-		ph:      func(n int) string { return "$" + strconv.Itoa(n) },
-		connID:  "SELECT pg_backend_pid()",
-		killSQL: "SELECT pg_terminate_backend($1)",
+		table:  postgres.QualifiedTable,
+		ph:     func(n int) string { return "$" + strconv.Itoa(n) },
+		connID: "SELECT pg_backend_pid()",
+		kill:   func(id int64) (string, []any) { return "SELECT pg_terminate_backend($1)", []any{id} },
 	})
 }

@@ -892,7 +892,8 @@ func TestUnknownCommitOutcome(t *testing.T) {
 		// The connection dies right before COMMIT (killed from another session, as a
 		// network partition or a server failover would).
 		id := e.sessionID(t, tx.SQLTx())
-		if _, err := e.db.ExecContext(ctx, e.d.killSQL, id); err != nil {
+		q, args := e.d.kill(id)
+		if _, err := e.db.ExecContext(ctx, q, args...); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond) // let the server close the socket

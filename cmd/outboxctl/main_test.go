@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -151,10 +152,14 @@ func TestLive(t *testing.T) {
 				testenv.Unavailable(t, d.service, err)
 			}
 			o := &opts{dialect: d.name, prefix: prefix, lanes: outbox.LanesDefault}
-			t.Cleanup(func() {
+			testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+				var errs []error
 				for _, tbl := range []string{o.options().OutboxTable(), o.options().LanesTable(), o.options().NodesTable()} {
-					_, _ = db.Exec("DROP TABLE IF EXISTS " + qualified(o, tbl))
+					if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+qualified(o, tbl)); err != nil {
+						errs = append(errs, err)
+					}
 				}
+				return errors.Join(errs...)
 			})
 			base := []string{"-dialect", d.name, "-dsn", dsn, "-prefix", prefix}
 			with := func(args ...string) []string { return append(args, base...) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,19 +122,23 @@ func mustSucceed(t *testing.T, r result, want ...string) {
 
 // dropTables removes the tables an example created with prefix.
 func dropTables(t *testing.T, driver, dsn, prefix string, tables ...string) {
-	t.Cleanup(func() {
+	testenv.Cleanup(t, "drop the example's tables", func(ctx context.Context) error {
 		db, err := sql.Open(driver, dsn)
 		if err != nil {
-			return
+			return err
 		}
 		defer db.Close()
 		q := "`"
 		if driver == "pgx" {
 			q = `"`
 		}
+		var errs []error
 		for _, tbl := range tables {
-			_, _ = db.Exec("DROP TABLE IF EXISTS " + q + prefix + tbl + q)
+			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+q+prefix+tbl+q); err != nil {
+				errs = append(errs, err)
+			}
 		}
+		return errors.Join(errs...)
 	})
 }
 

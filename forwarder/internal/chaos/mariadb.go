@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/relayer-go/watermill-outbox/internal/testenv"
 )
 
 // MariaDBUser creates a database user private to the test (granted everything on the
@@ -38,11 +40,15 @@ func MariaDBUser(t testing.TB, root *sql.DB, rootDSN string) (user, dsn string) 
 			t.Fatalf("grant: %v", err)
 		}
 	}
-	t.Cleanup(func() {
-		_, _ = KillUserConnections(context.Background(), root, user)
+	testenv.Cleanup(t, "drop the test's database user", func(ctx context.Context) error {
+		_, _ = KillUserConnections(ctx, root, user)
+		var errs []error
 		for _, h := range hosts {
-			_, _ = root.ExecContext(context.Background(), fmt.Sprintf("DROP USER IF EXISTS '%s'@'%s'", user, h))
+			if _, err := root.ExecContext(ctx, fmt.Sprintf("DROP USER IF EXISTS '%s'@'%s'", user, h)); err != nil {
+				errs = append(errs, err)
+			}
 		}
+		return errors.Join(errs...)
 	})
 	cfg.User, cfg.Passwd = user, pass
 	return user, cfg.FormatDSN()
