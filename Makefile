@@ -128,10 +128,14 @@ help:
 # Forwarder chaos tests and benchmarks (forwarder/e2e_*_test.go, forwarder/bench_*_test.go).
 .PHONY: chaos bench-forwarder
 
-## chaos: forwarder end-to-end/crash/chaos tests at full size, then the MariaDB restart variant (it stops and starts the LOCAL MariaDB server: never while others use it)
+## chaos: forwarder end-to-end/crash/chaos tests at full size, then the restart variant on MariaDB and on Oracle MySQL (it stops and starts the LOCAL servers: never while others use them)
 chaos: services
 	OUTBOX_TEST_FULL=1 $(GO) test -count=1 -timeout 30m -v -run 'TestE2E_|TestPubSubUniversal' $(GOTESTFLAGS) ./forwarder/
 	OUTBOX_TEST_FULL=1 OUTBOX_CHAOS_RESTART=1 $(GO) test -count=1 -timeout 10m -v -run '^TestE2E_DatabaseConnectionsKilled$$' $(GOTESTFLAGS) ./forwarder/
+	@if [[ -n "$$OUTBOX_TEST_MYSQL_ORACLE_DSN" ]]; then \
+		OUTBOX_TEST_MYSQL_DSN="$$OUTBOX_TEST_MYSQL_ORACLE_DSN" OUTBOX_TEST_POSTGRES_DSN= OUTBOX_TEST_FULL=1 $(GO) test -count=1 -timeout 30m -v -run 'TestE2E_' $(GOTESTFLAGS) ./forwarder/ && \
+		OUTBOX_TEST_MYSQL_DSN="$$OUTBOX_TEST_MYSQL_ORACLE_DSN" OUTBOX_TEST_POSTGRES_DSN= OUTBOX_TEST_FULL=1 OUTBOX_CHAOS_RESTART=1 $(GO) test -count=1 -timeout 10m -v -run '^TestE2E_DatabaseConnectionsKilled$$' $(GOTESTFLAGS) ./forwarder/; \
+	fi
 
 ## bench-forwarder: forwarder benchmarks with their side-by-side ratios, medians of OUTBOX_BENCH_ROUNDS (default 3) interleaved rounds (OUTBOX_BENCH_1M=1 adds the 1,000,000-row memory run)
 OUTBOX_BENCH_ROUNDS ?= 3

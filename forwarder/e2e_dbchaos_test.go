@@ -2,10 +2,12 @@ package forwarder_test
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +26,7 @@ import (
 // in-flight window per disruption (plus rows a writer rewrote after a commit with an
 // unknown outcome).
 //
-// With OUTBOX_CHAOS_RESTART=1 (make chaos) the local MariaDB server itself is stopped
+// With OUTBOX_CHAOS_RESTART=1 (make chaos) the local MariaDB or Oracle MySQL server itself is stopped
 // and started once instead; that disturbs every other user of the server.
 func TestE2E_DatabaseConnectionsKilled(t *testing.T) {
 	testDatabaseChaos(t, os.Getenv("OUTBOX_CHAOS_RESTART") == "1")
@@ -78,9 +80,10 @@ func testDatabaseChaos(t *testing.T, restart bool) {
 	events, killed := 0, 0
 	if restart {
 		rec.WaitUnique(total/4, 20*time.Second, time.Minute)
-		t.Logf("restarting MariaDB after %d deliveries", rec.Unique())
-		if err := chaos.RestartMariaDB(ctx, root, "127.0.0.1:3306", time.Second); err != nil {
-			t.Fatalf("restart: %v (the server may be down: start it with start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd)", err)
+		addr, service := restartTarget(t, root, rootDSN)
+		t.Logf("restarting %s at %s after %d deliveries", service, addr, rec.Unique())
+		if err := chaos.RestartMySQL(ctx, root, addr, time.Second, service); err != nil {
+			t.Fatalf("restart: %v (the server may be down: start it with scripts/services %s)", err, service)
 		}
 		events = 1
 	} else {
@@ -111,4 +114,22 @@ func testDatabaseChaos(t *testing.T, restart bool) {
 		t.Error("no connection was killed: the test disturbed nothing")
 	}
 	e.waitEmpty(t, root, store.Options(), 15*time.Second)
+}
+
+// restartTarget returns the address of the server behind dsn and the scripts/services
+// name that starts it again: "mysql" (MariaDB) or "mysql-oracle" (Oracle MySQL).
+func restartTarget(t *testing.T, db *sql.DB, dsn string) (addr, service string) {
+	t.Helper()
+	cfg, err := mysqldriver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var version string
+	if err := db.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(version, "MariaDB") {
+		return cfg.Addr, "mysql"
+	}
+	return cfg.Addr, "mysql-oracle"
 }

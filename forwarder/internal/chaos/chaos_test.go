@@ -108,7 +108,7 @@ func TestMariaDBKillUserConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer root.Close()
+	t.Cleanup(func() { root.Close() }) // after MariaDBUser's cleanup, which uses it
 	user, udsn := chaos.MariaDBUser(t, root, dsn)
 	db, err := sql.Open("mysql", udsn)
 	if err != nil {

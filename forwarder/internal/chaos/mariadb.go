@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -88,12 +90,15 @@ func KillUserConnections(ctx context.Context, root *sql.DB, user string) (int, e
 	return n, nil
 }
 
-// RestartMariaDB stops the local MariaDB server (mysqladmin shutdown), keeps it down for
-// down, starts it again and waits until addr answers a ping through db. It is the full
-// chaos variant only: it disturbs everything else using the server.
-func RestartMariaDB(ctx context.Context, db *sql.DB, addr string, down time.Duration) error {
-	if out, err := exec.CommandContext(ctx, "mysqladmin", "-uroot", "shutdown").CombinedOutput(); err != nil {
-		return fmt.Errorf("mysqladmin shutdown: %v: %s", err, out)
+// RestartMySQL stops the MySQL or MariaDB server behind db (the SHUTDOWN statement,
+// which both engines take from a privileged session), keeps it down for down once addr
+// stops answering, starts it again with `scripts/services service` (service is "mysql"
+// for MariaDB, "mysql-oracle" for Oracle MySQL: the script knows how each runs here) and
+// waits until db answers a ping. It is the full chaos variant only: it disturbs
+// everything else using the server.
+func RestartMySQL(ctx context.Context, db *sql.DB, addr string, down time.Duration, service string) error {
+	if _, err := db.ExecContext(ctx, "SHUTDOWN"); err != nil {
+		return fmt.Errorf("SHUTDOWN: %w", err)
 	}
 	// Wait until the port is closed, then keep it down.
 	for i := 0; i < 300; i++ {
@@ -105,16 +110,18 @@ func RestartMariaDB(ctx context.Context, db *sql.DB, addr string, down time.Dura
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(down)
-	return StartMariaDB(ctx, db)
+	return StartMySQL(ctx, db, service)
 }
 
-// StartMariaDB starts the local server if it is not running and waits (up to 60 s) until
-// db answers.
-func StartMariaDB(ctx context.Context, db *sql.DB) error {
-	out, err := exec.CommandContext(ctx, "start-stop-daemon", "--start", "--oknodo", "--background",
-		"--exec", "/usr/sbin/mariadbd", "--", "--user=mysql").CombinedOutput() // as scripts/services does
+// StartMySQL runs `scripts/services service` (which starts the local server unless it
+// answers) and waits (up to 60 s) until db answers.
+func StartMySQL(ctx context.Context, db *sql.DB, service string) error {
+	script, err := servicesScript()
 	if err != nil {
-		return fmt.Errorf("start mariadbd: %v: %s", err, out)
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, script, service).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", script, service, err, out)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -125,8 +132,28 @@ func StartMariaDB(ctx context.Context, db *sql.DB) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("mariadb did not come back: %w", err)
+			return fmt.Errorf("%s did not come back: %w", service, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// servicesScript finds scripts/services above the working directory (a test runs in its
+// package's directory).
+func servicesScript() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, "scripts", "services")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("scripts/services not found above the working directory")
+		}
+		dir = parent
 	}
 }
