@@ -46,6 +46,7 @@ SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
 ## test: go vet, build the examples, then go test -race ./... against the local services (MariaDB, PostgreSQL, RabbitMQ), then test-mysql-oracle
 test: services vet examples
 	OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test -race $(GOTESTFLAGS) ./...
+	cd e2e && OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test -race $(GOTESTFLAGS) ./...
 	cd benchmarks && OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test $(GOTESTFLAGS) ./...
 	@$(MAKE) --no-print-directory test-mysql-oracle
 
@@ -65,6 +66,7 @@ test-mysql-oracle:
 		OUTBOX_TEST_MYSQL_SERVER=mysql OUTBOX_TEST_REQUIRE='$(ORACLE_REQUIRE)'; \
 	echo "test-mysql-oracle: go test against Oracle MySQL at $$OUTBOX_TEST_MYSQL_DSN"; \
 	$(GO) test -race $(GOTESTFLAGS) ./... && \
+	(cd e2e && $(GO) test -race $(GOTESTFLAGS) ./...) && \
 	cd benchmarks && $(GO) test $(GOTESTFLAGS) ./...
 
 ## test-short: go test -short ./... (no race detector): the quick loop while editing
@@ -73,6 +75,8 @@ test-short: services
 
 vet:
 	$(GO) vet ./...
+	cd e2e && $(GO) vet ./...
+	cd benchmarks && $(GO) vet ./...
 
 # Every _examples/*/ directory builds: with its own go.mod as its own module, otherwise
 # as part of this module (`./...` skips directories starting with "_").

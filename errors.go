@@ -34,6 +34,11 @@ var (
 	// (zero id, lane out of range, ...); nothing of the batch is written.
 	ErrInvalidRecord = errors.New("outbox: invalid record")
 
+	// ErrNoTransaction is returned by a publisher that publishes into the outbox
+	// transaction of each message's context (publisher's ContextPublisher) for a message
+	// whose context carries none; nothing of that Publish call is written.
+	ErrNoTransaction = errors.New("outbox: no outbox transaction in the message context")
+
 	// ErrUnhealthy is wrapped by a forwarder's health check error when the oldest
 	// eligible row has waited longer than the threshold.
 	ErrUnhealthy = errors.New("outbox: unhealthy")

@@ -41,20 +41,19 @@ type delivery struct {
 	err atomic.Pointer[string]
 }
 
-type rowKey struct{}
-
 // RowFromContext returns the row of a message emitted by a Forwarder (from the message's
 // context, or any context derived from it).
 func RowFromContext(ctx context.Context) (Row, bool) {
-	d, ok := ctx.Value(rowKey{}).(*delivery)
-	if !ok {
+	d := deliveryFrom(ctx)
+	if d == nil {
 		return Row{}, false
 	}
 	return d.row, true
 }
 
 func deliveryFrom(ctx context.Context) *delivery {
-	d, _ := ctx.Value(rowKey{}).(*delivery)
+	v, _ := outbox.ForwardedFromContext(ctx)
+	d, _ := v.(*delivery)
 	return d
 }
 
@@ -440,7 +439,9 @@ func (f *Forwarder) buildMessage(rec *outbox.Record) (*message.Message, *deliver
 		Destination: rec.Destination, MessageType: rec.MessageType, TenantID: rec.TenantID,
 		Attempts: rec.Attempts, CreatedAt: rec.CreatedAt, DeliverAt: rec.DeliverAt,
 	}}
-	msg.SetContext(context.WithValue(f.baseCtx, rowKey{}, d))
+	// The row travels as outbox.ContextWithForwarded, which publisher.Middleware
+	// recognises (it opens no transaction for a forwarded message).
+	msg.SetContext(outbox.ContextWithForwarded(f.baseCtx, d))
 	return msg, d, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 // Middleware returns a router middleware that runs each handler call in an outbox
@@ -27,15 +29,33 @@ import (
 // publish topic: it publishes through PublisherFromContext, and returning messages from
 // it is an error.
 //
-// Order matters: add Retry (and other middleware that re-runs the handler) BEFORE this
-// one, so each attempt gets a fresh transaction; a retry inside one transaction would
-// keep the failed attempt's writes. Do not Ack the message inside the handler: Watermill
-// subscribers may cancel the message context on Ack, and that context governs the
-// transaction.
+// A message a forwarder emitted (its context carries outbox.ContextWithForwarded) passes
+// straight to the handler, with no transaction: the middleware may be installed
+// router-wide (router.AddMiddleware) on the router that also runs the forwarder
+// (forwarder.AddToRouter), and forwarding opens no outbox transaction and holds no
+// pooled connection while the broker publishes. Installing it on the handlers that need
+// it (AddHandler(...).AddMiddleware) says the same thing more narrowly.
+//
+// Order matters. Watermill runs the first middleware added outermost:
+//   - add Retry (and other middleware that re-runs the handler) BEFORE this one, so each
+//     attempt gets a fresh transaction; a retry inside one transaction would keep the
+//     failed attempt's writes;
+//   - middleware that edits the handler's produced messages (middleware.CorrelationID
+//     copies the incoming correlation ID onto them) must be added AFTER this one, inside
+//     it: this middleware writes the produced messages into the outbox and returns none,
+//     so a middleware outside it sees no produced messages. Messages published through
+//     PublisherFromContext or ContextPublisher are never produced messages: no
+//     middleware sees them, set their metadata where they are built.
+//
+// Do not Ack the message inside the handler: Watermill subscribers may cancel the
+// message context on Ack, and that context governs the transaction.
 func (o *Outbox) Middleware(db *sql.DB) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (_ []*message.Message, err error) {
 			ctx := msg.Context()
+			if _, forwarded := outbox.ForwardedFromContext(ctx); forwarded {
+				return h(msg)
+			}
 			tx, err := o.Begin(ctx, db)
 			if err != nil {
 				return nil, fmt.Errorf("publisher: middleware: %w", err)

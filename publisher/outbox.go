@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -18,6 +19,22 @@ type Outbox struct {
 	config Config
 	lanes  int
 	logger watermill.LoggerAdapter
+
+	begun, committed atomic.Int64 // Stats
+}
+
+// Stats counts the transactions of one Outbox since New.
+type Stats struct {
+	// Begun counts the transactions Begin, BeginConn, WithTx and the Middleware opened
+	// (attached transactions are the application's and not counted).
+	Begun int64
+	// Committed counts the Commit calls that succeeded (attached transactions included).
+	Committed int64
+}
+
+// Stats returns the counters of the outbox.
+func (o *Outbox) Stats() Stats {
+	return Stats{Begun: o.begun.Load(), Committed: o.committed.Load()}
 }
 
 // New returns an Outbox over store. A nil logger is watermill.NopLogger{}.
@@ -65,6 +82,7 @@ func (o *Outbox) Begin(ctx context.Context, db *sql.DB) (*Tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publisher: begin: %w", err)
 	}
+	o.begun.Add(1)
 	return o.newTx(ctx, tx, false), nil
 }
 
@@ -79,6 +97,7 @@ func (o *Outbox) BeginConn(ctx context.Context, conn *sql.Conn) (*Tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publisher: begin: %w", err)
 	}
+	o.begun.Add(1)
 	return o.newTx(ctx, tx, false), nil
 }
 

@@ -327,6 +327,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 	if err := t.tx.Commit(); err != nil {
 		return t.commitError(t.total, err)
 	}
+	t.ob.committed.Add(1)
 	t.notify()
 	return nil
 }
