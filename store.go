@@ -27,6 +27,10 @@ type Store interface {
 	// Options returns the validated options (with defaults) the store was built with.
 	Options() Options
 
+	// DB returns the database the store runs its statements on; writers begin their
+	// transactions there unless told otherwise.
+	DB() *sql.DB
+
 	// CreateSchema runs the dialect's idempotent DDL (the same as its CreateScript).
 	CreateSchema(ctx context.Context) error
 
@@ -126,6 +130,16 @@ type Store interface {
 	Members(ctx context.Context, now time.Time) ([]string, error)
 	// Leave removes owner's heartbeat (graceful shutdown).
 	Leave(ctx context.Context, owner string) error
+}
+
+// StaleConnChecker is implemented by stores whose driver reports a pooled connection
+// that the server closed while it sat idle (PostgreSQL's 57P01 "terminating connection
+// due to administrator command") as an error of the next statement instead of
+// database/sql's driver.ErrBadConn. IsStaleConn reports whether err, returned by a
+// BEGIN, is such a failure: nothing was done, and the caller may take another
+// connection.
+type StaleConnChecker interface {
+	IsStaleConn(err error) bool
 }
 
 // ReadQuery selects rows for Store.Read.

@@ -46,7 +46,7 @@ func newCQRS(t *testing.T, e *env, ob *publisher.Outbox) *cqrsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router.AddMiddleware(ob.Middleware(e.db))
+	router.AddMiddleware(ob.Middleware())
 	c := &cqrsEnv{}
 	c.events, err = cqrs.NewEventBusWithConfig(ob.ContextPublisher(), cqrs.EventBusConfig{
 		GeneratePublishTopic: func(p cqrs.GenerateEventPublishTopicParams) (string, error) { return "events." + p.EventName, nil },

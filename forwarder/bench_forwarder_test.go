@@ -523,7 +523,7 @@ func BenchmarkCommitToPublish(b *testing.B) {
 					if keyed {
 						m.Metadata.Set(publisher.MetadataOrderingKey, "k"+strconv.Itoa(i%50))
 					}
-					tx, err := ob.Begin(ctx, db)
+					tx, err := ob.Begin(ctx)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -219,7 +219,7 @@ func writeBatch(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic str
 			ws.mu.Unlock()
 			time.Sleep(time.Duration(min(attempt, 10)) * 20 * time.Millisecond)
 		}
-		tx, err := ob.Begin(ctx, db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			last = err
 			continue

@@ -74,7 +74,7 @@ type outboxPublisher struct {
 func (p *outboxPublisher) Publish(topic string, msgs ...*message.Message) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return p.ob.WithTx(ctx, p.db, func(ctx context.Context, tx *publisher.Tx) error {
+	return p.ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 		return tx.Publish(topic, msgs...)
 	})
 }

@@ -40,7 +40,10 @@ type Store struct {
 	afterLock func()
 }
 
-var _ outbox.Store = (*Store)(nil)
+var (
+	_ outbox.Store            = (*Store)(nil)
+	_ outbox.StaleConnChecker = (*Store)(nil)
+)
 
 // New returns a store over db (opened with github.com/go-sql-driver/mysql) for the tables
 // opts names. Options are validated here: an invalid prefix or schema is an error
@@ -60,6 +63,9 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 
 // Options returns the validated options with defaults.
 func (s *Store) Options() outbox.Options { return s.opts }
+
+// DB returns the database the store runs its statements on.
+func (s *Store) DB() *sql.DB { return s.db }
 
 // CreateSchema runs CreateScript's statements one by one (the DSN needs no
 // multiStatements). It is idempotent.

@@ -3,12 +3,9 @@ package mysql
 import (
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 )
@@ -160,43 +157,4 @@ func setString(dst *string, b []byte) {
 	if *dst != string(b) {
 		*dst = string(b)
 	}
-}
-
-// Server error numbers that mean "try again".
-const (
-	erLockWaitTimeout = 1205
-	erLockDeadlock    = 1213
-	erCheckRead       = 1020 // MariaDB 11.6+ snapshot isolation: record changed since read
-	erDupEntry        = 1062
-)
-
-// translate marks transient server errors as *outbox.RetryableError; everything else is
-// returned unchanged.
-func translate(err error) error {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case erLockWaitTimeout, erLockDeadlock, erCheckRead:
-			return &outbox.RetryableError{Err: err}
-		}
-	}
-	return err
-}
-
-func isDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == erLockDeadlock
-}
-
-func isDupEntry(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == erDupEntry
-}
-
-// wrapErr names the operation and translates the driver error.
-func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("mysql: %s: %w", op, translate(err))
 }

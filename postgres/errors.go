@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"database/sql/driver"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
@@ -13,6 +15,11 @@ const (
 	sqlstateSerializationFailure = "40001"
 	sqlstateDeadlockDetected     = "40P01"
 	sqlstateLockNotAvailable     = "55P03"
+
+	// A connection the server ended: an administrator or a restart (57P01), a crash of
+	// another backend (57P02); the session is gone, nothing of the failed statement ran.
+	sqlstateAdminShutdown = "57P01"
+	sqlstateCrashShutdown = "57P02"
 )
 
 // IsRetryableCode reports whether a SQLSTATE denotes a transient failure that this
@@ -55,3 +62,16 @@ func wrap(op string, err error) error {
 // own statements in the outbox's transaction (the publisher) use it to classify a failed
 // commit the same way the store does.
 func TranslateError(err error) error { return translate(err) }
+
+// IsStaleConn implements outbox.StaleConnChecker: a pooled connection that the server
+// ended while it sat idle reports 57P01 (or 57P02) to the next statement, or fails
+// before pgx sent anything; database/sql does not take another connection by itself.
+func (s *Store) IsStaleConn(err error) bool { return isStaleConn(err) }
+
+func isStaleConn(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == sqlstateAdminShutdown || pg.Code == sqlstateCrashShutdown
+	}
+	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
+}

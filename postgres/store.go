@@ -31,7 +31,10 @@ type Store struct {
 	scanners sync.Pool // *rowScanner
 }
 
-var _ outbox.Store = (*Store)(nil)
+var (
+	_ outbox.Store            = (*Store)(nil)
+	_ outbox.StaleConnChecker = (*Store)(nil)
+)
 
 // New returns a store over db, which must be opened with the pgx stdlib driver
 // (sql.Open("pgx", dsn) or stdlib.OpenDB). Invalid options give an error wrapping
@@ -53,6 +56,9 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 
 // Options returns the validated options with defaults.
 func (s *Store) Options() outbox.Options { return s.opts }
+
+// DB returns the database the store runs its statements on.
+func (s *Store) DB() *sql.DB { return s.db }
 
 // schemaLockKey serialises concurrent CreateSchema calls of any outbox in one database:
 // concurrent CREATE ... IF NOT EXISTS of the same name can fail on the catalog's unique

@@ -19,7 +19,7 @@ func TestPublishAllocatesOneBufferPerMessage(t *testing.T) {
 	e := newEnv(t, dialects[0], 64)
 	ob := e.newOutbox(t, publisher.Config{})
 	ctx := context.Background()
-	tx, err := ob.Begin(ctx, e.db)
+	tx, err := ob.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

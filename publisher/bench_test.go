@@ -121,7 +121,7 @@ func BenchmarkPublishCommit(b *testing.B) {
 				var publishAllocs uint64
 				runOutbox := func() error {
 					orderID++
-					tx, err := ob.Begin(ctx, e.db)
+					tx, err := ob.Begin(ctx)
 					if err != nil {
 						return err
 					}
@@ -204,7 +204,7 @@ func BenchmarkPublish(b *testing.B) {
 	var tx *publisher.Tx
 	begin := func() {
 		var err error
-		if tx, err = ob.Begin(context.Background(), e.db); err != nil {
+		if tx, err = ob.Begin(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 	}

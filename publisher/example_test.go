@@ -68,7 +68,7 @@ func Example_beginPublishCommit() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	tx, err := ob.Begin(ctx, db)
+	tx, err := ob.Begin(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func Example_middleware() {
 		log.Fatal(err)
 	}
 	// Add middleware that re-runs handlers (Retry) before this one.
-	router.AddMiddleware(ob.Middleware(db))
+	router.AddMiddleware(ob.Middleware())
 	// The handler's publisher (pubSub here) is never called: its messages go to the outbox.
 	router.AddHandler("place-order", "commands.place_order", pubSub, "orders.placed", pubSub,
 		func(msg *message.Message) ([]*message.Message, error) {

@@ -12,7 +12,7 @@ import (
 )
 
 // Middleware returns a router middleware that runs each handler call in an outbox
-// transaction on db and so swaps the router's direct publish for the outbox:
+// transaction (Begin: on the store's database) and so swaps the router's direct publish for the outbox:
 //
 //  1. it begins a transaction under the incoming message's context and puts it into
 //     that context for the handler (TxFromContext, SQLTxFromContext,
@@ -49,14 +49,18 @@ import (
 //
 // Do not Ack the message inside the handler: Watermill subscribers may cancel the
 // message context on Ack, and that context governs the transaction.
-func (o *Outbox) Middleware(db *sql.DB) message.HandlerMiddleware {
+func (o *Outbox) Middleware() message.HandlerMiddleware { return o.MiddlewareDB(o.store.DB()) }
+
+// MiddlewareDB is Middleware with its transactions on another pool than the store's
+// (see BeginDB).
+func (o *Outbox) MiddlewareDB(db *sql.DB) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (_ []*message.Message, err error) {
 			ctx := msg.Context()
 			if _, forwarded := outbox.ForwardedFromContext(ctx); forwarded {
 				return h(msg)
 			}
-			tx, err := o.Begin(ctx, db)
+			tx, err := o.BeginDB(ctx, db)
 			if err != nil {
 				return nil, fmt.Errorf("publisher: middleware: %w", err)
 			}

@@ -39,7 +39,7 @@ func TestMiddleware(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		router.AddMiddleware(ob.Middleware(e.db))
+		router.AddMiddleware(ob.Middleware())
 
 		var mu sync.Mutex
 		attempts := map[string]int{}
@@ -160,7 +160,7 @@ func TestMiddleware(t *testing.T) {
 func TestMiddlewareDirect(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ob := e.newOutbox(t, publisher.Config{})
-		mw := ob.Middleware(e.db)
+		mw := ob.Middleware()
 
 		msg := message.NewMessage("m", []byte("1"))
 		orig := msg.Context()

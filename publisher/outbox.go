@@ -70,20 +70,39 @@ func New(store outbox.Store, config Config, logger watermill.LoggerAdapter) (*Ou
 // Store returns the store the outbox writes through.
 func (o *Outbox) Store() outbox.Store { return o.store }
 
-// Begin starts a transaction on db (with Config.TxOptions) and returns the outbox bound
-// to it. The transaction holds one pooled connection, which returns to the pool when
-// the transaction completes (Commit, Rollback, or the application completing SQLTx()
-// itself). As with sql.DB.BeginTx, cancelling ctx before the commit rolls it back.
-func (o *Outbox) Begin(ctx context.Context, db *sql.DB) (*Tx, error) {
+// Begin starts a transaction on the store's database (Store.DB, with Config.TxOptions)
+// and returns the outbox bound to it. The transaction holds one pooled connection,
+// which returns to the pool when the transaction completes (Commit, Rollback, or the
+// application completing SQLTx() itself). As with sql.DB.BeginTx, cancelling ctx before
+// the commit rolls it back.
+//
+// A pooled connection that the server closed while it sat idle (a restart, an
+// administrator, an idle timeout) fails the BEGIN before anything was sent; Begin then
+// takes another connection once (the store says which errors mean that:
+// outbox.StaleConnChecker).
+func (o *Outbox) Begin(ctx context.Context) (*Tx, error) { return o.BeginDB(ctx, o.store.DB()) }
+
+// BeginDB is Begin on another pool than the store's (a primary the store does not use
+// for its own reads, say). The tables must be the store's.
+func (o *Outbox) BeginDB(ctx context.Context, db *sql.DB) (*Tx, error) {
 	if db == nil {
 		return nil, errors.New("publisher: Begin: db is nil")
 	}
 	tx, err := db.BeginTx(ctx, o.config.TxOptions)
+	if err != nil && o.staleConn(err) && ctx.Err() == nil {
+		tx, err = db.BeginTx(ctx, o.config.TxOptions)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("publisher: begin: %w", err)
 	}
 	o.begun.Add(1)
 	return o.newTx(ctx, tx, false), nil
+}
+
+// staleConn reports whether err is a pooled connection found closed by the server.
+func (o *Outbox) staleConn(err error) bool {
+	c, ok := o.store.(outbox.StaleConnChecker)
+	return ok && c.IsStaleConn(err)
 }
 
 // BeginConn is Begin on a connection the caller owns (session settings, temporary
@@ -109,7 +128,7 @@ func (o *Outbox) Attach(tx *sql.Tx) *Tx {
 	return o.newTx(nil, tx, true)
 }
 
-// WithTx runs fn in a new outbox transaction on db: it commits when fn returns nil and
+// WithTx runs fn in a new outbox transaction (Begin): it commits when fn returns nil and
 // rolls back when fn returns an error or panics (the panic is re-raised after the
 // rollback). The ctx given to fn carries the Tx (TxFromContext, SQLTxFromContext,
 // PublisherFromContext), so code deeper in the call can publish into the same
@@ -117,8 +136,13 @@ func (o *Outbox) Attach(tx *sql.Tx) *Tx {
 //
 // fn must not call Commit or Rollback itself. The returned error is fn's error (joined with a rollback failure, if any) or the
 // Commit error, which may wrap outbox.ErrUnknownOutcome.
-func (o *Outbox) WithTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *Tx) error) (err error) {
-	tx, err := o.Begin(ctx, db)
+func (o *Outbox) WithTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) error {
+	return o.WithTxDB(ctx, o.store.DB(), fn)
+}
+
+// WithTxDB is WithTx on another pool than the store's (see BeginDB).
+func (o *Outbox) WithTxDB(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *Tx) error) (err error) {
+	tx, err := o.BeginDB(ctx, db)
 	if err != nil {
 		return err
 	}

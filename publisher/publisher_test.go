@@ -45,7 +45,7 @@ func TestCommitPersistsBusinessRowAndMessages(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{Now: fixedClock})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +125,7 @@ func TestRollbackPersistsNeither(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestCancelledContextPersistsNeither(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ob := e.newOutbox(t, publisher.Config{})
 		t.Run("commit context", func(t *testing.T) {
-			tx, err := ob.Begin(context.Background(), e.db)
+			tx, err := ob.Begin(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,7 +181,7 @@ func TestCancelledContextPersistsNeither(t *testing.T) {
 			}
 		})
 		t.Run("commit context without messages", func(t *testing.T) {
-			tx, err := ob.Begin(context.Background(), e.db)
+			tx, err := ob.Begin(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +196,7 @@ func TestCancelledContextPersistsNeither(t *testing.T) {
 		})
 		t.Run("begin context", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
-			tx, err := ob.Begin(ctx, e.db)
+			tx, err := ob.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,7 +236,7 @@ func TestFailingInsertRollsBackBusinessRow(t *testing.T) {
 			if _, err := e.db.Exec("ALTER TABLE " + e.outbox + " ADD CONSTRAINT " + e.opts.TablePrefix + "no_poison CHECK (destination <> 'poison')"); err != nil {
 				t.Fatal(err)
 			}
-			tx, err := ob.Begin(ctx, e.db)
+			tx, err := ob.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -259,7 +259,7 @@ func TestFailingInsertRollsBackBusinessRow(t *testing.T) {
 			t.Log(err)
 		})
 		t.Run("store refuses the record", func(t *testing.T) {
-			tx, err := ob.Begin(ctx, e.db)
+			tx, err := ob.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -289,7 +289,7 @@ func TestTenThousandMessagesInOneTransaction(t *testing.T) {
 		ob := e.newOutbox(t, publisher.Config{})
 		const n = 10000
 		payload := bytes.Repeat([]byte("p"), 200)
-		err := ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+		err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 			if err := e.insertOrder(ctx, tx.SQLTx(), 1, "bulk"); err != nil {
 				return err
 			}
@@ -320,7 +320,7 @@ func TestConcurrentPublish(t *testing.T) {
 	eachDialect(t, 16, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -370,7 +370,7 @@ func TestPublishCopiesBuffers(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,7 +423,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 			"big":                  big,
 			"long":                 {"long": strings.Repeat("ü", 70000)},
 		}
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,7 +471,7 @@ func TestOrderingKeyLane(t *testing.T) {
 			return topic + "/" + string(msg.Payload), nil
 		}})
 		keys := []string{"", "a", "b", "customer-1", "customer-2", "ключ", "🙂", strings.Repeat("z", 1000)}
-		err := ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+		err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 			for i, k := range keys {
 				if err := tx.Publish("lanes", message.NewMessage(fmt.Sprint(i), []byte(k))); err != nil {
 					return err
@@ -501,7 +501,7 @@ func TestPublishRefusesWholeCall(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -520,7 +520,7 @@ func TestPublishRefusesWholeCall(t *testing.T) {
 		failing := e.newOutbox(t, publisher.Config{TenantID: func(string, *message.Message) (string, error) {
 			return "", errors.New("no tenant in context")
 		}})
-		tx2, err := failing.Begin(ctx, e.db)
+		tx2, err := failing.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -538,7 +538,7 @@ func TestCloseStopsPublishButCommitWrites(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -567,7 +567,7 @@ func TestApplicationCommittedDirectly(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -588,7 +588,7 @@ func TestApplicationCommittedDirectly(t *testing.T) {
 			t.Fatal("unexpected rows")
 		}
 
-		tx, err = ob.Begin(ctx, e.db)
+		tx, err = ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -636,7 +636,7 @@ func TestNotifier(t *testing.T) {
 			ob := e.newOutbox(t, publisher.Config{Notifier: rec})
 			keys := []string{"a", "b", "c", "a", "customer-77", "z"}
 			want := map[int]bool{}
-			err := ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+			err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 				for i, k := range keys {
 					want[lanes.Of(k, 128)] = true
 					if err := tx.Publish("n", newMsg(fmt.Sprint(i), "", publisher.MetadataOrderingKey, k)); err != nil {
@@ -657,11 +657,11 @@ func TestNotifier(t *testing.T) {
 				t.Fatalf("notified %+v, want one commit with lanes %v and 2 unordered", got, wantLanes)
 			}
 			// Rollback, failed commit and an empty commit notify nothing.
-			_ = ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+			_ = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 				_ = tx.Publish("n", newMsg("x", ""))
 				return errors.New("no")
 			})
-			if err := ob.WithTx(ctx, e.db, func(context.Context, *publisher.Tx) error { return nil }); err != nil {
+			if err := ob.WithTx(ctx, func(context.Context, *publisher.Tx) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
 			if got := rec.commits(); len(got) != 1 {
@@ -695,7 +695,7 @@ func TestNotifier(t *testing.T) {
 				if rec.panic {
 					id++
 				}
-				err := ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+				err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 					if err := e.insertOrder(ctx, tx.SQLTx(), id, "n"); err != nil {
 						return err
 					}
@@ -716,7 +716,7 @@ func TestWithTx(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		err := ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+		err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 			if err := e.insertOrder(ctx, tx.SQLTx(), 1, "ok"); err != nil {
 				return err
 			}
@@ -734,7 +734,7 @@ func TestWithTx(t *testing.T) {
 			t.Fatal(err)
 		}
 		boom := errors.New("boom")
-		err = ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+		err = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 			if err := e.insertOrder(ctx, tx.SQLTx(), 2, "error"); err != nil {
 				return err
 			}
@@ -750,7 +750,7 @@ func TestWithTx(t *testing.T) {
 					t.Errorf("recovered %v, want the re-raised panic", r)
 				}
 			}()
-			_ = ob.WithTx(ctx, e.db, func(ctx context.Context, tx *publisher.Tx) error {
+			_ = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 				if err := e.insertOrder(ctx, tx.SQLTx(), 3, "panic"); err != nil {
 					return err
 				}
@@ -876,7 +876,7 @@ func TestUnknownCommitOutcome(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -924,7 +924,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 		// An isolation level is passed through to the transaction.
 		ob := e.newOutbox(t, publisher.Config{TxOptions: &sql.TxOptions{Isolation: sql.LevelSerializable}})
-		if err := ob.WithTx(context.Background(), e.db, func(ctx context.Context, tx *publisher.Tx) error {
+		if err := ob.WithTx(context.Background(), func(ctx context.Context, tx *publisher.Tx) error {
 			return tx.Publish("t", newMsg("s", ""))
 		}); err != nil {
 			t.Fatal(err)
@@ -939,7 +939,7 @@ func TestPublishRacingCommit(t *testing.T) {
 	eachDialect(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ob := e.newOutbox(t, publisher.Config{})
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 
@@ -96,3 +97,7 @@ func retry(ctx context.Context, fn func() error) error {
 	}
 	return err
 }
+
+// IsStaleConn implements outbox.StaleConnChecker: go-mssqldb reports a pooled
+// connection the server closed as driver.ErrBadConn.
+func (s *Store) IsStaleConn(err error) bool { return errors.Is(err, driver.ErrBadConn) }

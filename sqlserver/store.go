@@ -34,7 +34,10 @@ type Store struct {
 	batches  lockedbatch.Dialect // LockBatch's batches
 }
 
-var _ outbox.Store = (*Store)(nil)
+var (
+	_ outbox.Store            = (*Store)(nil)
+	_ outbox.StaleConnChecker = (*Store)(nil)
+)
 
 // New returns a store over db (opened with the "sqlserver" driver of go-mssqldb) for the
 // tables opts names. It validates opts (errors wrap outbox.ErrInvalidOptions and name
@@ -54,6 +57,9 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 
 // Options returns the validated options with defaults.
 func (s *Store) Options() outbox.Options { return s.opts.Options }
+
+// DB returns the database the store runs its statements on.
+func (s *Store) DB() *sql.DB { return s.db }
 
 // schemaLock serialises concurrent CreateSchema calls in one database (several
 // forwarders starting at once): two guarded CREATE TABLEs of the same name would

@@ -121,7 +121,7 @@ func run(ctx context.Context, dsn string, brokers []string, prefix string) error
 	customers := []string{"alice", "bob", "carol"}
 	const n = 12
 	for i := range n {
-		err := ob.WithTx(ctx, db, func(ctx context.Context, tx *publisher.Tx) error {
+		err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 			msg := message.NewMessage(watermill.NewUUID(), []byte(`{"n":`+strconv.Itoa(i)+`}`))
 			msg.Metadata.Set(publisher.MetadataOrderingKey, customers[i%len(customers)])
 			msg.Metadata.Set("run", run)

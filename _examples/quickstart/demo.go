@@ -188,7 +188,7 @@ func placeOrders(ctx context.Context, ob *publisher.Outbox, db *sql.DB, d dialec
 		rollback := i == 4
 		scheduled := i == 9
 
-		tx, err := ob.Begin(ctx, db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}

@@ -111,7 +111,7 @@ func run(ctx context.Context, dsn, url, prefix string) error {
 	const n = 10
 	for i := range n {
 		customer := customers[i%2]
-		err := ob.WithTx(ctx, db, func(ctx context.Context, tx *publisher.Tx) error {
+		err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 			for _, t := range topics {
 				msg := message.NewMessage(watermill.NewUUID(), []byte(t))
 				msg.Metadata.Set(publisher.MetadataOrderingKey, customer)

@@ -145,7 +145,7 @@ func run(ctx context.Context, dsn, prefix string) error {
 	h.AddMiddleware(
 		poison,
 		middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware,
-		ob.Middleware(db),
+		ob.Middleware(),
 	)
 
 	if _, err := fwd.AddToRouter(router); err != nil {

@@ -89,7 +89,7 @@ func run(ctx context.Context, dsn, schema string) error {
 
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	place := func(id string, commit bool) error {
-		tx, err := ob.Begin(ctx, db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			return err
 		}

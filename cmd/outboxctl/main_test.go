@@ -193,7 +193,7 @@ func TestLive(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			err = ob.WithTx(ctx, db, func(ctx context.Context, tx *publisher.Tx) error {
+			err = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 				for _, key := range []string{"k1", "k1", "k1", "", "", "k2"} {
 					m := message.NewMessage(watermill.NewUUID(), []byte("SECRET-PAYLOAD"))
 					m.Metadata.Set(publisher.MetadataOrderingKey, key)

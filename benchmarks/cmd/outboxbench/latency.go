@@ -89,7 +89,7 @@ func latencyInProcess(ctx context.Context, e *engine, samples int) (lat, commits
 	}
 	for i := -1; i < samples; i++ { // i = -1: warm-up, not counted
 		m := newMessage()
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -149,7 +149,7 @@ func latencyPolling(ctx context.Context, e *engine, samples int) ([]float64, err
 	}
 	commit := func() (string, time.Time, error) {
 		m := newMessage()
-		tx, err := ob.Begin(ctx, e.db)
+		tx, err := ob.Begin(ctx)
 		if err != nil {
 			return "", time.Time{}, err
 		}

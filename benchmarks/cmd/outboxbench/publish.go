@@ -131,7 +131,7 @@ func (p *publishPath) roundTimed(ctx context.Context, n, rot int) ([3]time.Durat
 }
 
 func (p *publishPath) ours(ctx context.Context, msgs []*message.Message) error {
-	tx, err := p.ob.Begin(ctx, p.e.db)
+	tx, err := p.ob.Begin(ctx)
 	if err != nil {
 		return err
 	}
