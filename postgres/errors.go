@@ -22,9 +22,9 @@ const (
 	sqlstateCrashShutdown = "57P02"
 )
 
-// IsRetryableCode reports whether a SQLSTATE denotes a transient failure that this
+// isRetryableCode reports whether a SQLSTATE denotes a transient failure that this
 // dialect reports as *outbox.RetryableError.
-func IsRetryableCode(code string) bool {
+func isRetryableCode(code string) bool {
 	switch code {
 	case sqlstateSerializationFailure, sqlstateDeadlockDetected, sqlstateLockNotAvailable:
 		return true
@@ -39,7 +39,7 @@ func translate(err error) error {
 		return nil
 	}
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) && IsRetryableCode(pg.Code) {
+	if errors.As(err, &pg) && isRetryableCode(pg.Code) {
 		var r *outbox.RetryableError
 		if errors.As(err, &r) {
 			return err
@@ -56,12 +56,6 @@ func wrap(op string, err error) error {
 	}
 	return fmt.Errorf("postgres: %s: %w", op, translate(err))
 }
-
-// TranslateError reports err as *outbox.RetryableError when it is a transient PostgreSQL
-// failure (serialization failure, deadlock, lock not available). Callers running their
-// own statements in the outbox's transaction (the publisher) use it to classify a failed
-// commit the same way the store does.
-func TranslateError(err error) error { return translate(err) }
 
 // IsStaleConn implements outbox.StaleConnChecker: a pooled connection that the server
 // ended while it sat idle reports 57P01 (or 57P02) to the next statement, or fails

@@ -117,16 +117,16 @@ func TestStoreTranslatesRetryable(t *testing.T) {
 // transactions of the application's own).
 func TestTranslateCodes(t *testing.T) {
 	for code, want := range map[string]bool{"40001": true, "40P01": true, "55P03": true, "23505": false, "57014": false} {
-		err := postgres.TranslateError(fmt.Errorf("exec: %w", &pgconn.PgError{Code: code}))
+		err := postgres.Translate(fmt.Errorf("exec: %w", &pgconn.PgError{Code: code}))
 		var pg *pgconn.PgError
 		if outbox.IsRetryable(err) != want || !errors.As(err, &pg) || pg.Code != code {
 			t.Errorf("%s: %v retryable %v; want %v with the PgError reachable", code, err, outbox.IsRetryable(err), want)
 		}
-		if again := postgres.TranslateError(err); want && again != err {
+		if again := postgres.Translate(err); want && again != err {
 			t.Errorf("%s: translating twice wrapped again: %v", code, again)
 		}
 	}
-	if postgres.TranslateError(nil) != nil {
-		t.Error("TranslateError(nil) != nil")
+	if postgres.Translate(nil) != nil {
+		t.Error("Translate(nil) != nil")
 	}
 }

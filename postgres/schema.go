@@ -30,14 +30,9 @@ var generatedSuffixes = []string{
 }
 
 // MaxTablePrefixBytes is the longest table prefix, in bytes, whose generated table and
-// index names all fit in MaxIdentifierBytes.
-var MaxTablePrefixBytes = func() int {
-	longest := 0
-	for _, s := range generatedSuffixes {
-		longest = max(longest, len(s))
-	}
-	return MaxIdentifierBytes - longest
-}()
+// index names all fit in MaxIdentifierBytes: the longest suffix is suffixParkKeyIx
+// (TestMaxTablePrefixBytes checks it against every generated suffix).
+const MaxTablePrefixBytes = MaxIdentifierBytes - len(suffixParkKeyIx)
 
 // quoteIdent is the one place identifiers are quoted: double quotes, embedded quotes
 // doubled. Options validation has already rejected NUL and invalid UTF-8.
