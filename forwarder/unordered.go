@@ -3,6 +3,7 @@ package forwarder
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -36,7 +37,44 @@ type uResult struct {
 type storeJob struct {
 	complete *outbox.CompleteParams
 	fail     *outbox.FailParams
-	until    time.Time // claim expiry: retrying after it is pointless
+	until    time.Time  // claim expiry: retrying after it is pointless
+	window   *jobWindow // the claimer's window the job's rows still occupy; nil for none
+}
+
+// jobWindow counts the rows of one claimer that were acked or nacked but whose delete
+// or failure has not landed yet. They stay in the claimer's window until then: a
+// store that is slow or down must stop the claimer from sending more, or the rows
+// whose deletes queue up (their claims expiring meanwhile) could all be sent again.
+type jobWindow struct {
+	rows atomic.Int64
+	done chan struct{} // signalled (never blocking) when rows drop
+}
+
+func newJobWindow() *jobWindow { return &jobWindow{done: make(chan struct{}, 1)} }
+
+func (w *jobWindow) add(n int) {
+	if w != nil {
+		w.rows.Add(int64(n))
+	}
+}
+
+func (w *jobWindow) release(n int) {
+	if w == nil {
+		return
+	}
+	w.rows.Add(-int64(n))
+	select {
+	case w.done <- struct{}{}:
+	default:
+	}
+}
+
+// rows returns how many rows the job is about.
+func (j storeJob) rows() int {
+	if j.complete != nil {
+		return len(j.complete.IDs)
+	}
+	return 1
 }
 
 // runUnordered is the claimer of unordered rows: it keeps up to InFlight messages in
@@ -63,6 +101,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 	)
 	counters := &f.counters[0]
 	minClaim := max(min(cfg.ClaimBatch, window)/4, 1)
+	jw := newJobWindow() // acked or nacked rows whose store update has not landed yet
 
 	flush := func() {
 		for tok, b := range batches {
@@ -70,6 +109,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 				f.submit(storeJob{
 					complete: &outbox.CompleteParams{Token: tok, IDs: b.acked, Lane: outbox.Unordered},
 					until:    b.until,
+					window:   jw,
 				})
 				b.acked = nil
 			}
@@ -98,7 +138,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 			return
 		}
 		fp := f.failureOf(r.d, b.token)
-		f.submit(storeJob{fail: &fp, until: b.until})
+		f.submit(storeJob{fail: &fp, until: b.until, window: jw})
 		if b.open == 0 && len(b.acked) == 0 {
 			delete(batches, b.token)
 		}
@@ -137,10 +177,10 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 		}
 		// Claim when the window has room for a useful batch (or is empty): a claim of a
 		// handful of rows costs the same round trip as a full one.
-		room := window - inFlight
+		room := window - inFlight - pending - int(jw.rows.Load())
 		canClaim := !isStopping && room > 0 && (inFlight == 0 || room >= minClaim)
 		if canClaim && !time.Now().Before(nextClaim) {
-			n := min(cfg.ClaimBatch, window-inFlight)
+			n := min(cfg.ClaimBatch, room)
 			now := f.now()
 			b := &uBatch{token: outbox.NewToken(), until: now.Add(cfg.ClaimTTL)}
 			after := cur.next(cfg.PollInterval)
@@ -250,6 +290,7 @@ func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
 		case <-wakeCh:
 			nextClaim = time.Time{}
 			idle = cfg.PollInterval
+		case <-jw.done: // store updates landed: the window may have room again
 		case <-timer:
 		case <-stopping:
 			isStopping = true
@@ -324,11 +365,13 @@ func (f *Forwarder) countFailure(lane int, parked bool) {
 }
 
 // submit queues a store job; after the shutdown deadline it is dropped (the claim
-// expires and the row is sent again).
+// expires and the row is sent again). The job's rows stay in its window until it ends.
 func (f *Forwarder) submit(j storeJob) {
+	j.window.add(j.rows())
 	select {
 	case f.jobs <- j:
 	case <-f.abandon:
+		j.window.release(j.rows())
 	}
 }
 
@@ -342,6 +385,7 @@ func (f *Forwarder) runCompleters() {
 			defer wg.Done()
 			for j := range f.jobs {
 				f.runJob(j)
+				j.window.release(j.rows())
 			}
 		}()
 	}

@@ -32,6 +32,7 @@ type Recorder struct {
 	maxSeq     map[string]int // key -> greatest sequence first-delivered so far
 	violations []string
 	dups       int
+	keyedDups  int
 	total      int
 	changed    chan struct{}
 	last       time.Time
@@ -58,6 +59,9 @@ func (r *Recorder) Record(uuid, key string, seq int) {
 	r.seen[uuid] = n + 1
 	if n > 0 {
 		r.dups++
+		if key != "" {
+			r.keyedDups++
+		}
 	} else if key != "" && seq >= 0 {
 		r.firsts[key] = append(r.firsts[key], r.last)
 		prev, ok := r.maxSeq[key]
@@ -125,12 +129,13 @@ type Summary struct {
 	Deliveries int      // every delivery, duplicates included
 	Unique     int      // distinct UUIDs
 	Duplicates int      // Deliveries - Unique
+	KeyedDups  int      // the duplicates of messages with a key (ordered lanes)
 	Violations []string // per-key order violations (first 100)
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("deliveries=%d unique=%d duplicates=%d order_violations=%d",
-		s.Deliveries, s.Unique, s.Duplicates, len(s.Violations))
+	return fmt.Sprintf("deliveries=%d unique=%d duplicates=%d (keyed %d) order_violations=%d",
+		s.Deliveries, s.Unique, s.Duplicates, s.KeyedDups, len(s.Violations))
 }
 
 // Summary returns a snapshot.
@@ -141,6 +146,7 @@ func (r *Recorder) Summary() Summary {
 		Deliveries: r.total,
 		Unique:     len(r.seen),
 		Duplicates: r.dups,
+		KeyedDups:  r.keyedDups,
 		Violations: append([]string(nil), r.violations...),
 	}
 }
