@@ -98,7 +98,8 @@
 //
 // The store also implements [outbox.BatchLocker]: LockBatch runs the unordered claim's
 // locking read in a READ COMMITTED transaction it keeps open, without the claim UPDATE;
-// the batch's Finish deletes and fails its rows in that transaction and commits.
+// the batch's Finish deletes and fails its rows in that transaction and commits, its
+// deletes pinned to primary-key ranges (id IN (...) ORDER BY id LIMIT n).
 //
 // Privileges: CREATE (for CreateSchema only), SELECT, INSERT, UPDATE, DELETE on the
 // three tables. Tests and benchmarks of this package: docs/development.md.
