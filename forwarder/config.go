@@ -113,14 +113,14 @@ type Config struct {
 	// failures in the same transaction, with up to InFlight/Claimers/ClaimBatch batches
 	// open at once per claimer (one locked while the previous ones are on the wire). It
 	// saves the claim UPDATE of every row (the hand-written SKIP LOCKED loop's cost): the
-	// drain runs about twice as fast (README, Performance). The prices: every open batch
+	// drain runs about twice as fast (benchmarks/README.md). The prices: every open batch
 	// holds an open transaction and a pooled connection while it is being sent (with the
 	// defaults up to 4: size the pool for them), and a failed commit (a lost connection)
 	// sends the batch's acked rows again (at-least-once). A slow message does not hold
 	// its batch: after at most a second the rest of the batch commits and the rows still
 	// in flight move to an ordinary claim, renewed while they wait. The rows of a process
 	// that dies are eligible again at once, without waiting for ClaimTTL. When the store
-	// does not implement outbox.BatchLocker (SQL Server) the forwarder logs an error and
+	// does not implement outbox.BatchLocker (a custom outbox.Store) the forwarder logs an error and
 	// uses claim tokens. Off by default: the default claims are tokens, which hold no
 	// connection between statements.
 	UnorderedLocking bool

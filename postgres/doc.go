@@ -2,24 +2,76 @@
 // a *sql.DB opened with github.com/jackc/pgx/v5/stdlib, and the idempotent DDL that
 // deploys its tables ([CreateScript]).
 //
-// Applications keep their *sql.DB and *sql.Tx: Insert writes a whole batch inside the
-// caller's transaction in one statement and one round trip, whatever the batch size (a
-// VALUES list for small batches, INSERT ... SELECT FROM unnest of one array per column
-// for larger ones). Every other operation runs in
-// autocommit on the pool. Claims take rows with one UPDATE over a FOR UPDATE SKIP LOCKED
-// selection, so concurrent forwarders never block one another nor the writers; ordered
-// claims check the caller's lane lease in the same statement (fencing).
+//	import (
+//		"database/sql"
+//
+//		_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+//
+//		outbox "github.com/relayer-go/watermill-outbox"
+//		"github.com/relayer-go/watermill-outbox/postgres"
+//	)
+//
+//	db, err := sql.Open("pgx", "postgres://app@db:5432/shop?sslmode=verify-full")
+//	store, err := postgres.New(db, outbox.Options{Schema: "messaging", TablePrefix: "orders_"})
+//
+// Applications keep their *sql.DB and *sql.Tx. Tested on PostgreSQL 15 here and in CI;
+// PostgreSQL 16 (docker compose up -d --wait postgres) was not run here.
+//
+// # Schema
+//
+// [CreateScript] returns idempotent DDL (CREATE SCHEMA IF NOT EXISTS only when Schema is
+// set, CREATE TABLE IF NOT EXISTS, CREATE INDEX IF NOT EXISTS): three tables (the rows
+// <prefix>outbox, the lane leases <prefix>outbox_lanes, the forwarder heartbeats
+// <prefix>outbox_nodes) and partial indexes for the two hot reads, the head of one lane
+// (pending rows by lane and id) and the unordered due rows (pending rows without a lane,
+// by id), and for parked rows. Run it with a migration tool, or call
+// [Store.CreateSchema] (the same script, serialised by an advisory lock). Existing
+// tables are never altered.
+//
+// Schema is at most 63 bytes; TablePrefix at most 46 bytes ([MaxTablePrefixBytes]: the
+// longest generated name, <prefix>outbox_parkkey_ix, must fit PostgreSQL's 63-byte
+// limit, which the server would otherwise truncate silently). Both count bytes, not
+// characters; NUL and invalid UTF-8 are refused. Names are always double-quoted
+// (embedded quotes doubled), so they are case-sensitive: "Orders_" and "orders_" are
+// different tables. Invalid options fail [New] and [CreateScript] with an error wrapping
+// outbox.ErrInvalidOptions that names the field.
+//
+// # DSN and session
+//
+// Any pgx DSN (URL or keyword form). Instants are timestamptz, bound and returned in UTC
+// at microsecond precision whatever the session TimeZone. pgx's default statement cache
+// is used: every statement is prepared once per connection. Behind PgBouncer in
+// transaction mode, use default_query_exec_mode=exec (or simple_protocol) in the DSN.
+//
+// # Writes and claims
+//
+// Insert writes a whole batch inside the caller's transaction in one statement and one
+// round trip, whatever the batch size (1 or 10,000 rows): a VALUES list up to 16 rows,
+// INSERT ... SELECT FROM unnest of one array per column above. COPY is not used:
+// database/sql exposes no raw connection for a *sql.Tx, and it measured no faster.
+//
+// Every other operation (claims, renewals, completions, leases, ...) runs in autocommit
+// on the pool. Claims take rows with one UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR
+// UPDATE SKIP LOCKED)) RETURNING ..., so concurrent forwarders never block one another
+// nor the writers; ordered claims check the caller's lane lease in the same statement
+// (fencing).
 //
 // The store also implements [outbox.BatchLocker]: LockBatch runs the unordered claim's
 // FOR UPDATE SKIP LOCKED selection in a READ COMMITTED transaction it keeps open, without
 // the claim UPDATE; the batch's Finish deletes and fails its rows in that transaction and
 // commits.
 //
-// Instants are timestamptz, bound and returned in UTC at microsecond precision whatever
-// the session TimeZone. Serialization failures (40001), deadlocks (40P01) and lock-not-
-// available errors (55P03) are returned as *outbox.RetryableError.
+// Keep autovacuum on (the default), or ANALYZE the outbox table after bulk loads: the
+// hot statements are checked by EXPLAIN to walk the partial indexes in id order with
+// fresh, stale and missing statistics, but the planner is only as good as what it knows.
 //
-// The DDL creates three tables (the rows, lane leases, forwarder heartbeats) and partial
-// indexes for the two hot reads: the head of one lane (pending rows by lane and id) and
-// the unordered due rows (pending rows without a lane, by id).
+// # Errors
+//
+// Serialization failures (40001), deadlocks (40P01) and lock-not-available errors
+// (55P03) are returned as *outbox.RetryableError (outbox.IsRetryable); the
+// *pgconn.PgError stays reachable with errors.As. A pooled connection that the server
+// ended while it sat idle (57P01 or 57P02) is recognised (outbox.StaleConnChecker),
+// so publisher.Outbox.Begin takes another one.
+//
+// Tests and benchmarks of this package: docs/development.md.
 package postgres

@@ -4,43 +4,85 @@
 //
 // # Transactions
 //
+//	store, _ := mysql.New(db, outbox.Options{})          // or postgres.New(db, ...)
+//	ob, err := publisher.New(store, publisher.Config{}, logger)
+//
+//	tx, err := ob.Begin(ctx)                             // or ob.BeginConn(ctx, conn)
+//	defer tx.Rollback()                                  // no-op (ErrTxDone) after Commit
+//	_, err = tx.SQLTx().ExecContext(ctx, "INSERT INTO orders ...")
+//	msg := message.NewMessage(watermill.NewUUID(), payload)
+//	msg.Metadata.Set(publisher.MetadataOrderingKey, "customer-42")
+//	err = tx.Publish("orders.placed", msg)               // no I/O: buffered
+//	err = tx.Commit(ctx)                                 // bulk insert + COMMIT
+//
 // An [Outbox] (built by [New] over a dialect's outbox.Store) begins transactions:
 //
-//   - [Outbox.Begin] on a *sql.DB: the transaction holds one pooled connection and gives
-//     it back when it completes;
-//   - [Outbox.BeginConn] on a caller-owned *sql.Conn, which stays open afterwards;
-//   - [Outbox.Attach] to a *sql.Tx the application (an ORM) already owns;
+//   - [Outbox.Begin] on the store's own database (outbox.Store.DB): the transaction
+//     holds one pooled connection and gives it back when it completes; a pooled
+//     connection the server closed while it sat idle fails the BEGIN before anything was
+//     sent, and Begin then takes another connection once (the store says which errors
+//     mean that: outbox.StaleConnChecker);
+//   - [Outbox.BeginDB] on another pool than the store's (the tables must be the
+//     store's); [Outbox.WithTxDB] and [Outbox.MiddlewareDB] likewise;
+//   - [Outbox.BeginConn] on a caller-owned *sql.Conn (session settings, temporary
+//     tables, advisory locks), which stays open afterwards;
+//   - [Outbox.Attach] to a *sql.Tx the application (an ORM) already owns: Publish, then
+//     Flush writes into the application's transaction, the application commits, and
+//     [Tx.NotifyCommitted] optionally wakes the local forwarder. sqlx: ob.Attach(stx.Tx);
+//     GORM: ob.Attach(g.Statement.ConnPool.(*sql.Tx)) inside db.Transaction.
+//     [Outbox.AttachContext] also returns a ctx carrying the attached transaction;
 //   - [Outbox.WithTx], which commits when the function returns nil and rolls back on an
-//     error or a panic.
+//     error or a panic (re-panicking after the rollback); the ctx it passes carries the
+//     Tx ([TxFromContext], [SQLTxFromContext], [PublisherFromContext]).
+//
+// Config.TxOptions sets the isolation level of Begin and BeginConn; read-only is
+// refused. [Outbox.Stats] counts the transactions begun and committed.
 //
 // The resulting [Tx] exposes the *sql.Tx for business statements ([Tx.SQLTx]) and is a
 // message.Publisher. [Tx.Publish] does no I/O: it copies what it keeps (the metadata,
-// encoded with package headercodec, and the payload, in one owned buffer per message)
-// and buffers a row. [Tx.Commit] writes every buffered row with the store's bulk insert
-// in the same transaction, then commits. [Tx.Flush] writes without committing (the way to
-// use an attached transaction). Rollback, a failed insert or a cancelled context
-// discards the buffer and rolls the business writes back with it.
+// encoded with package headercodec, and the payload, in one owned buffer per message:
+// one allocation) and buffers a row; it is safe for concurrent use and buffers all
+// messages of a call or none. [Tx.Commit] writes every buffered row with the store's
+// bulk insert in the same transaction, then commits. [Tx.Flush] writes without
+// committing (the way to use an attached transaction). Rollback, a failed insert (also
+// a database-level one such as a CHECK violation) or a cancelled context discards the
+// buffer and rolls the business writes back with it.
 //
 // Errors worth telling apart, all errors.Is-able:
 //
-//   - outbox.ErrTxDone: the Tx was already committed or rolled back, or the application
+//   - outbox.ErrTxDone: the Tx was already committed or rolled back (a second Commit or
+//     Rollback, a Publish afterwards), or the application
 //     completed the *sql.Tx directly, in which case the error says how many buffered
 //     messages were NOT written;
 //   - outbox.ErrUnknownOutcome: the COMMIT statement failed (for example the connection
-//     was lost), so the transaction may or may not be committed; retry with
-//     application-level idempotency (consumers dedupe by message UUID);
+//     was lost, or the server killed the session), so the transaction may or may not be
+//     committed; the driver's error is wrapped too; retry the unit of work with
+//     application-level idempotency (consumers dedupe by message UUID). Tested by
+//     killing the session from another connection right before COMMIT (MariaDB KILL,
+//     PostgreSQL pg_terminate_backend);
 //   - outbox.ErrInvalidRecord: the store refused a message (a value too long, not
 //     UTF-8, ...); nothing was written and the transaction was rolled back.
 //
 // # Per-message routing
 //
-// The ordering key (messages with one key are delivered in publish order, through the
-// lane lanes.Of(key, Options.Lanes)), the delivery time, the forwarder transport, a
-// message type and a tenant come from metadata keys ([MetadataOrderingKey],
-// [MetadataDeliverAt], [MetadataTransport], [MetadataMessageType], [MetadataTenantID])
-// or from [Config] functions, like watermill-kafka's partition key generator. The
-// reserved keys are kept in the stored headers: the forwarder republishes exactly the
-// metadata that was published.
+// The ordering key, the delivery time, the forwarder transport, a message type and a
+// tenant come from metadata keys or from [Config] functions (topic, message) → value,
+// like watermill-kafka's partition key generator:
+//
+//	metadata key          Config field   meaning
+//	outbox_ordering_key   OrderingKey    same key = same lane = publish order; empty = unordered (NULL lane)
+//	outbox_deliver_at     DeliverAt      RFC 3339 (SetDeliverAt); not sent before
+//	outbox_transport      Transport      which forwarder target publisher ("" = default)
+//	outbox_message_type   MessageType    optional stable type name
+//	outbox_tenant_id      TenantID       optional tenant
+//
+// ([MetadataOrderingKey], [MetadataDeliverAt], [MetadataTransport],
+// [MetadataMessageType], [MetadataTenantID].) Messages with one key are delivered in
+// publish order, through the lane lanes.Of(key, Options.Lanes). Two transactions that
+// publish the same key at the same time (from different requests or processes) are not
+// ordered between each other: publish a key's messages from one sequence of
+// transactions. The reserved keys are kept in the stored headers: the forwarder
+// republishes exactly the metadata that was published.
 //
 // The lane count comes from the store's Options; every writer and forwarder of a table
 // must use the same Options (the forwarder refuses lanes it cannot own).
@@ -55,10 +97,34 @@
 //
 // # Router middleware
 //
-// [Outbox.Middleware] runs each handler call of a Watermill router in an outbox
-// transaction: the handler finds the transaction in its message context
-// ([SQLTxFromContext], [PublisherFromContext], [TxFromContext]); the messages it returns
-// are stored in the outbox under the handler's publish topic and the router publishes
-// nothing itself. A handler error or panic rolls everything back and Nacks the message.
-// It works for handlers added with AddHandler and AddConsumerHandler.
+//	router.AddMiddleware(middleware.Retry{...}.Middleware) // re-running middleware first
+//	router.AddMiddleware(ob.Middleware())
+//	router.AddHandler("place-order", "commands", sub, "orders.placed", pub,
+//		func(msg *message.Message) ([]*message.Message, error) {
+//			tx, _ := publisher.SQLTxFromContext(msg.Context())        // business writes
+//			audit, _ := publisher.PublisherFromContext(msg.Context()) // other topics
+//			...
+//			return []*message.Message{event}, nil // stored in the outbox, not published
+//		})
+//
+// [Outbox.Middleware] runs each handler call of a Watermill router in its own outbox
+// transaction on the store's database: the handler finds the transaction in its message
+// context ([SQLTxFromContext], [PublisherFromContext], [TxFromContext]); the messages it
+// returns are stored in the outbox under the handler's publish topic
+// (message.PublishTopicFromCtx), the commit happens, and the router publishes nothing
+// itself. A handler error or panic (a *[PanicError]) rolls everything back and Nacks the
+// message. It works for handlers added with AddHandler and AddConsumerHandler (tested on
+// a real router with Watermill's in-memory Pub/Sub as input, on MariaDB and PostgreSQL).
+// Messages a forwarder emitted pass through untouched, without a transaction, so the
+// middleware may be installed router-wide on the router that also runs the forwarder.
+// Middleware order (Retry before it, CorrelationID after it) is in the method's doc.
+//
+// # One publisher for the whole application
+//
+// [Outbox.ContextPublisher] is a message.Publisher that lives as long as the application
+// and publishes each message into the outbox transaction its context carries: hand it
+// to cqrs.EventBus and cqrs.CommandBus, a handler's publisher slot, or service structs.
+// The transaction comes from the Middleware, WithTx, or AttachContext; a message whose
+// context carries none fails with an error wrapping outbox.ErrNoTransaction, and is
+// never published directly to a broker.
 package publisher
