@@ -30,6 +30,12 @@ var (
 	// linked to a publisher.
 	ErrNotifierMismatch = errors.New("outbox: notifier serves another outbox table")
 
+	// ErrInvalidArgument is wrapped by a store's error for a call whose parameters the
+	// contract forbids (a limit below 1, a zero token, Until not after Now, a lane out of
+	// range, ...); the message names the method and the parameter, and nothing was done.
+	// The checks are the parameter types' Validate methods, shared by every dialect.
+	ErrInvalidArgument = errors.New("outbox: invalid argument")
+
 	// ErrInvalidRecord is wrapped by insert errors for a record that cannot be stored
 	// (zero id, lane out of range, ...); nothing of the batch is written.
 	ErrInvalidRecord = errors.New("outbox: invalid record")

@@ -97,19 +97,15 @@ func (s *Store) inTxRetry(ctx context.Context, fn func(tx *sql.Tx) error) error 
 	return retryDeadlocks(ctx, func() error { return s.inTx(ctx, fn) })
 }
 
-func (s *Store) checkLane(lane int) error {
-	if lane < outbox.Unordered || lane >= s.opts.Lanes {
-		return fmt.Errorf("lane %d outside [%d, %d)", lane, outbox.Unordered, s.opts.Lanes)
-	}
-	return nil
-}
+// invalid wraps a parameter error of the root package's checks (outbox.ErrInvalidArgument).
+func invalid(err error) error { return fmt.Errorf("mysql: %w", err) }
 
 // Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
 func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Record) ([]outbox.Record, error) {
 	limit := len(dst)
 	out := dst[:0]
-	if err := s.checkLane(q.Lane); err != nil {
-		return out, fmt.Errorf("mysql: read: %w", err)
+	if err := q.Validate(s.opts.Lanes); err != nil {
+		return out, invalid(err)
 	}
 	now, err := timeArg(q.Now)
 	if err != nil {
@@ -149,17 +145,8 @@ func scanRecords(rows *sql.Rows, dst []outbox.Record, limit int) ([]outbox.Recor
 // Claim takes up to c.Limit eligible rows for c.Token (see outbox.Store).
 func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
 	out := dst[:0]
-	if err := s.checkLane(c.Lane); err != nil {
-		return out, fmt.Errorf("mysql: claim: %w", err)
-	}
-	if c.Token.IsZero() {
-		return out, errors.New("mysql: claim: Token is zero")
-	}
-	if c.Lane != outbox.Unordered && !c.After.IsZero() {
-		return out, fmt.Errorf("mysql: claim: After is set for lane %d (only unordered claims take a cursor)", c.Lane)
-	}
-	if !c.Until.After(c.Now) {
-		return out, errors.New("mysql: claim: Until must be after Now")
+	if err := c.Validate(s.opts.Lanes); err != nil {
+		return out, invalid(err)
 	}
 	now, err := timeArg(c.Now)
 	if err != nil {
@@ -168,9 +155,6 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 	until, err := timeArg(c.Until)
 	if err != nil {
 		return out, fmt.Errorf("mysql: claim: Until: %w", err)
-	}
-	if c.Limit <= 0 {
-		return out, ctx.Err()
 	}
 	err = retryDeadlocks(ctx, func() error {
 		var err error
@@ -447,8 +431,6 @@ func (s *Store) fence(b []byte, args []any, lane int, lease outbox.Token, now sq
 	return append(b, s.q.leaseLive...), append(args, int64(lane), lease[:], now)
 }
 
-func (s *Store) checkOrdered(lane int) error { return s.checkLane(lane) }
-
 // unfenced reports an ordered operation without a lease: it changes nothing (the zero
 // token is never a live lease).
 func unfenced(lane int, lease outbox.Token) bool {
@@ -460,8 +442,8 @@ func unfenced(lane int, lease outbox.Token) bool {
 // whose expiry did not change (unless the DSN sets clientFoundRows), so the matched rows
 // are counted in the same transaction, after the UPDATE has locked them.
 func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
-	if err := s.checkOrdered(r.Lane); err != nil {
-		return 0, fmt.Errorf("mysql: renew: %w", err)
+	if err := r.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	now, err := timeArg(r.Now)
 	if err != nil {
@@ -508,8 +490,8 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 
 // Complete deletes the rows among c.IDs whose live claim is c.Token.
 func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
-	if err := s.checkOrdered(c.Lane); err != nil {
-		return 0, fmt.Errorf("mysql: complete: %w", err)
+	if err := c.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	now, err := timeArg(c.Now)
 	if err != nil {
@@ -536,8 +518,8 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 // Release gives back the live claims of r.Token (all, or only r.IDs) without counting an
 // attempt. The token always changes to NULL, so affected rows is exact.
 func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error) {
-	if err := s.checkOrdered(r.Lane); err != nil {
-		return 0, fmt.Errorf("mysql: release: %w", err)
+	if err := r.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	now, err := timeArg(r.Now)
 	if err != nil {
@@ -565,8 +547,8 @@ func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error
 
 // Fail records a failed attempt of f.ID under its live claim, in one statement.
 func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
-	if err := s.checkOrdered(f.Lane); err != nil {
-		return false, fmt.Errorf("mysql: fail: %w", err)
+	if err := f.Validate(s.opts.Lanes); err != nil {
+		return false, invalid(err)
 	}
 	now, err := timeArg(f.Now)
 	if err != nil {
@@ -710,8 +692,8 @@ func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 
 // ListParked returns up to q.Limit parked rows after q.After in id order.
 func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
-	if q.Limit <= 0 {
-		return nil, ctx.Err()
+	if err := q.Validate(); err != nil {
+		return nil, invalid(err)
 	}
 	var rows *sql.Rows
 	var err error
@@ -737,21 +719,14 @@ func keyArg(k string) []byte { return []byte(k) }
 // parkedWhere appends the selector of Requeue and Purge to their statement (which ends
 // in "WHERE status = 'parked'").
 func parkedWhere(b []byte, f outbox.ParkedFilter) ([]byte, []any, error) {
-	n := 0
-	if len(f.IDs) > 0 {
-		n++
-	}
-	if f.OrderingKey != nil {
-		n++
-	}
-	if f.All {
-		n++
-	}
-	if n != 1 {
-		return nil, nil, errors.New("exactly one of IDs, OrderingKey and All must be set")
+	if err := f.Validate(); err != nil {
+		return nil, nil, invalid(err)
 	}
 	switch {
-	case len(f.IDs) > 0:
+	case f.IDs != nil:
+		if len(f.IDs) == 0 {
+			return append(b, " AND FALSE"...), nil, nil // an empty list selects no row
+		}
 		b = append(b, " AND id IN ("...)
 		b = appendIDList(b, f.IDs)
 		b = append(b, ')')
@@ -774,7 +749,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 	}
 	b, args, err := parkedWhere([]byte(s.q.requeue), f)
 	if err != nil {
-		return 0, fmt.Errorf("mysql: requeue: %w", err)
+		return 0, err
 	}
 	args = append([]any{nowArg}, args...)
 	res, err := s.exec(ctx, string(b), args...)
@@ -789,7 +764,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	b, args, err := parkedWhere([]byte(s.q.purge), f)
 	if err != nil {
-		return 0, fmt.Errorf("mysql: purge: %w", err)
+		return 0, err
 	}
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
@@ -800,17 +775,11 @@ func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 }
 
 func (s *Store) checkLease(l outbox.LeaseParams) error {
-	if l.Lane < 0 || l.Lane >= s.opts.Lanes {
-		return fmt.Errorf("lane %d outside [0, %d)", l.Lane, s.opts.Lanes)
+	if err := l.Validate(s.opts.Lanes); err != nil {
+		return invalid(err)
 	}
-	if l.Token.IsZero() {
-		return errors.New("Token is zero")
-	}
-	if !validUTF8Max(l.Owner, maxOwner) {
-		return fmt.Errorf("Owner must be valid UTF-8 of at most %d characters", maxOwner)
-	}
-	if !l.Until.After(l.Now) {
-		return errors.New("Until must be after Now")
+	if utf8.RuneCountInString(l.Owner) > maxOwner {
+		return invalid(fmt.Errorf("%w: lease: Owner is %d characters long; at most %d fit", outbox.ErrInvalidArgument, utf8.RuneCountInString(l.Owner), maxOwner))
 	}
 	return nil
 }
@@ -820,7 +789,7 @@ func (s *Store) checkLease(l outbox.LeaseParams) error {
 // decision does not depend on affected-rows semantics.
 func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
 	if err := s.checkLease(l); err != nil {
-		return false, fmt.Errorf("mysql: acquire lease: %w", err)
+		return false, err
 	}
 	now, err := timeArg(l.Now)
 	if err != nil {
@@ -864,7 +833,7 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 // RenewLease extends the live lease of l.Token (never shortening it), in one statement.
 func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
 	if err := s.checkLease(l); err != nil {
-		return false, fmt.Errorf("mysql: renew lease: %w", err)
+		return false, err
 	}
 	now, err := timeArg(l.Now)
 	if err != nil {
@@ -886,6 +855,9 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 
 // ReleaseLease deletes the lease of lane held with token, live or not.
 func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) (bool, error) {
+	if err := outbox.ValidateLane("release lease", lane, s.opts.Lanes); err != nil {
+		return false, invalid(err)
+	}
 	res, err := s.exec(ctx, s.q.leaseRelease, int64(lane), token[:])
 	if err != nil {
 		return false, wrapErr("release lease", err)
@@ -924,8 +896,8 @@ func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
 
 // Heartbeat records that owner is alive until until.
 func (s *Store) Heartbeat(ctx context.Context, owner string, until time.Time) error {
-	if !validUTF8Max(owner, maxOwner) {
-		return fmt.Errorf("mysql: heartbeat: owner must be valid UTF-8 of at most %d characters", maxOwner)
+	if err := outbox.ValidateOwner("heartbeat", owner, maxOwner); err != nil {
+		return invalid(err)
 	}
 	u, err := timeArg(until)
 	if err != nil {
@@ -958,6 +930,9 @@ func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
 
 // Leave removes owner's heartbeat.
 func (s *Store) Leave(ctx context.Context, owner string) error {
+	if err := outbox.ValidateOwner("leave", owner, maxOwner); err != nil {
+		return invalid(err)
+	}
 	_, err := s.exec(ctx, s.q.leave, owner)
 	return wrapErr("leave", err)
 }

@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -199,11 +200,11 @@ func testParkedFilterSelectors(t *testing.T, h Harness) {
 		{IDs: idsOf(s.parkedA[0]), OrderingKey: &s.a, All: true},
 	}
 	for _, f := range bad {
-		if n, err := e.store.Requeue(e.ctx, f, at(0)); err == nil {
-			t.Errorf("Requeue(%+v) = %d, nil; want an error", f, n)
+		if n, err := e.store.Requeue(e.ctx, f, at(0)); !errors.Is(err, outbox.ErrInvalidArgument) {
+			t.Errorf("Requeue(%+v) = %d, %v; want an error wrapping outbox.ErrInvalidArgument", f, n, err)
 		}
-		if n, err := e.store.Purge(e.ctx, f); err == nil {
-			t.Errorf("Purge(%+v) = %d, nil; want an error", f, n)
+		if n, err := e.store.Purge(e.ctx, f); !errors.Is(err, outbox.ErrInvalidArgument) {
+			t.Errorf("Purge(%+v) = %d, %v; want an error wrapping outbox.ErrInvalidArgument", f, n, err)
 		}
 	}
 	if p := e.parked(); len(p) != len(s.all) {

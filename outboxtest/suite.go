@@ -67,6 +67,7 @@ func groups() []group {
 		{"Insert", insertTests()},
 		{"Corrupt", corruptTests()},
 		{"Errors", errorTests()},
+		{"Arguments", argumentTests()},
 		{"LockedBatch", lockedBatchTests()},
 	}
 }

@@ -81,17 +81,8 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	return wrap("create schema", tx.Commit())
 }
 
-// invalid reports a caller error (bad parameters), distinct from database failures.
-func invalid(op, format string, args ...any) error {
-	return fmt.Errorf("postgres: %s: %s", op, fmt.Sprintf(format, args...))
-}
-
-func (s *Store) checkLane(op string, lane int) error {
-	if lane < outbox.Unordered || lane >= s.opts.Lanes {
-		return invalid(op, "lane %d out of range [%d, %d)", lane, outbox.Unordered, s.opts.Lanes)
-	}
-	return nil
-}
+// invalid wraps a parameter error of the root package's checks (outbox.ErrInvalidArgument).
+func invalid(err error) error { return fmt.Errorf("postgres: %w", err) }
 
 // noLease reports an ordered operation without a lease token: no lease row can hold the
 // zero token (CHECK), so it is a lease that is not live: nothing changes, no error.
@@ -101,8 +92,8 @@ func noLease(lane int, lease outbox.Token) bool {
 
 // Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
 func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Record) ([]outbox.Record, error) {
-	if err := s.checkLane("read", q.Lane); err != nil {
-		return dst[:0], err
+	if err := q.Validate(s.opts.Lanes); err != nil {
+		return dst[:0], invalid(err)
 	}
 	if len(dst) == 0 {
 		return dst, ctx.Err()
@@ -136,18 +127,8 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 // Claim takes up to c.Limit eligible rows for c.Token in one statement.
 func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
 	dst = dst[:0]
-	if err := s.checkLane("claim", c.Lane); err != nil {
-		return dst, err
-	}
-	switch {
-	case c.Limit < 1:
-		return dst, invalid("claim", "limit must be at least 1, got %d", c.Limit)
-	case c.Token.IsZero():
-		return dst, invalid("claim", "zero claim token")
-	case !c.Until.After(c.Now):
-		return dst, invalid("claim", "until %s is not after now %s", c.Until, c.Now)
-	case c.Lane != outbox.Unordered && !c.After.IsZero():
-		return dst, invalid("claim", "After is set for lane %d (only unordered claims take a cursor)", c.Lane)
+	if err := c.Validate(s.opts.Lanes); err != nil {
+		return dst, invalid(err)
 	}
 	if noLease(c.Lane, c.Lease) {
 		return dst, nil
@@ -203,8 +184,8 @@ func idArgs(ids []outbox.ID) [][]byte {
 
 // Renew extends the live claims of r.Token; it never shortens an expiry.
 func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
-	if err := s.checkLane("renew", r.Lane); err != nil {
-		return 0, err
+	if err := r.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	if r.Token.IsZero() || noLease(r.Lane, r.Lease) {
 		return 0, nil
@@ -228,8 +209,8 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 
 // Release gives back the live claims of r.Token without counting an attempt.
 func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error) {
-	if err := s.checkLane("release", r.Lane); err != nil {
-		return 0, err
+	if err := r.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	if r.Token.IsZero() || noLease(r.Lane, r.Lease) {
 		return 0, nil
@@ -265,8 +246,8 @@ func (s *Store) execCount(ctx context.Context, op, query string, args ...any) (i
 
 // Complete deletes the rows among c.IDs whose live claim is c.Token.
 func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
-	if err := s.checkLane("complete", c.Lane); err != nil {
-		return 0, err
+	if err := c.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	if len(c.IDs) == 0 || c.Token.IsZero() || noLease(c.Lane, c.Lease) {
 		return 0, nil
@@ -279,8 +260,8 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 
 // Fail records a failed attempt of one row held with f.Token, in one statement.
 func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
-	if err := s.checkLane("fail", f.Lane); err != nil {
-		return false, err
+	if err := f.Validate(s.opts.Lanes); err != nil {
+		return false, invalid(err)
 	}
 	if f.Token.IsZero() || noLease(f.Lane, f.Lease) {
 		return false, nil
@@ -397,8 +378,8 @@ func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 
 // ListParked returns up to q.Limit parked rows after q.After in id order.
 func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
-	if q.Limit < 1 {
-		return nil, invalid("list parked", "limit must be at least 1, got %d", q.Limit)
+	if err := q.Validate(); err != nil {
+		return nil, invalid(err)
 	}
 	var rows *sql.Rows
 	var err error
@@ -431,18 +412,8 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 
 // filter returns the variant and argument of a parked-row filter: exactly one selector.
 func parkedFilter(op string, f outbox.ParkedFilter) (variant int, arg any, all bool, err error) {
-	set := 0
-	if f.IDs != nil {
-		set++
-	}
-	if f.OrderingKey != nil {
-		set++
-	}
-	if f.All {
-		set++
-	}
-	if set != 1 {
-		return 0, nil, false, invalid(op, "parked filter must set exactly one of IDs, OrderingKey and All (%d set)", set)
+	if err := f.Validate(); err != nil {
+		return 0, nil, false, invalid(err)
 	}
 	switch {
 	case f.All:
@@ -486,14 +457,9 @@ func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	}
 }
 
-func (s *Store) checkLease(op string, l outbox.LeaseParams) error {
-	switch {
-	case l.Lane < 0 || l.Lane >= s.opts.Lanes:
-		return invalid(op, "lane %d out of range [0, %d)", l.Lane, s.opts.Lanes)
-	case l.Token.IsZero():
-		return invalid(op, "zero lease token")
-	case !l.Until.After(l.Now):
-		return invalid(op, "until %s is not after now %s", l.Until, l.Now)
+func (s *Store) checkLease(l outbox.LeaseParams) error {
+	if err := l.Validate(s.opts.Lanes); err != nil {
+		return invalid(err)
 	}
 	return nil
 }
@@ -501,7 +467,7 @@ func (s *Store) checkLease(op string, l outbox.LeaseParams) error {
 // AcquireLease takes lane for the caller when it is free, expired, or already the
 // caller's (then it is extended).
 func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
-	if err := s.checkLease("acquire lease", l); err != nil {
+	if err := s.checkLease(l); err != nil {
 		return false, err
 	}
 	n, err := s.execCount(ctx, "acquire lease", s.q.acquireLease, l.Lane, storableText(l.Owner), l.Token[:], l.Now, l.Until)
@@ -510,7 +476,7 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 
 // RenewLease extends a live lease held with l.Token; it never shortens it.
 func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
-	if err := s.checkLease("renew lease", l); err != nil {
+	if err := s.checkLease(l); err != nil {
 		return false, err
 	}
 	n, err := s.execCount(ctx, "renew lease", s.q.renewLease, l.Lane, l.Token[:], l.Now, l.Until)
@@ -519,6 +485,9 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 
 // ReleaseLease deletes the lease of lane held with token, live or not.
 func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) (bool, error) {
+	if err := outbox.ValidateLane("release lease", lane, s.opts.Lanes); err != nil {
+		return false, invalid(err)
+	}
 	if token.IsZero() {
 		return false, nil
 	}
@@ -537,11 +506,8 @@ func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
 }
 
 func checkOwner(op, owner string) error {
-	if owner == "" {
-		return invalid(op, "empty owner")
-	}
-	if !utf8.ValidString(owner) || strings.IndexByte(owner, 0) >= 0 {
-		return invalid(op, "owner %q is not storable text (invalid UTF-8 or NUL)", owner)
+	if err := outbox.ValidateOwner(op, owner, 0); err != nil {
+		return invalid(err)
 	}
 	return nil
 }

@@ -77,9 +77,13 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("sqlserver: %s: %w", op, translate(err))
 }
 
-// invalid reports a caller error (bad parameters), distinct from database failures.
-func invalid(op, format string, args ...any) error {
-	return fmt.Errorf("sqlserver: %s: %s", op, fmt.Sprintf(format, args...))
+// invalid wraps a parameter error of the root package's checks (outbox.ErrInvalidArgument).
+func invalid(err error) error { return fmt.Errorf("sqlserver: %w", err) }
+
+// invalidf reports a parameter error of this dialect's own limits, wrapping
+// outbox.ErrInvalidArgument like the root package's checks.
+func invalidf(op, format string, args ...any) error {
+	return fmt.Errorf("sqlserver: %w: %s: %s", outbox.ErrInvalidArgument, op, fmt.Sprintf(format, args...))
 }
 
 // deadlockRetries is how many times an autocommit statement chosen as a deadlock victim

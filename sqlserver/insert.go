@@ -67,7 +67,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		payload += n
 	}
 	if tx == nil {
-		return invalid("insert", "nil transaction")
+		return invalidf("insert", "nil transaction")
 	}
 	if len(records) == 0 {
 		return ctx.Err()

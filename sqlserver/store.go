@@ -8,7 +8,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
@@ -100,15 +99,6 @@ func (s *Store) CreateSchema(ctx context.Context) (err error) {
 	return nil
 }
 
-// checkLane validates the lane of an operation. For ordered ones a zero or stale lease
-// is no caller error: like any lease that is not live, it makes them change nothing.
-func (s *Store) checkLane(op string, lane int) error {
-	if lane < outbox.Unordered || lane >= s.opts.Lanes {
-		return invalid(op, "lane %d out of range [%d, %d)", lane, outbox.Unordered, s.opts.Lanes)
-	}
-	return nil
-}
-
 func named(name string, v any) sql.NamedArg { return sql.Named(name, v) }
 
 // fenceArgs appends @lane and @lease for an ordered operation.
@@ -147,8 +137,8 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (int, error
 
 // Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
 func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Record) ([]outbox.Record, error) {
-	if err := s.checkLane("read", q.Lane); err != nil {
-		return dst[:0], err
+	if err := q.Validate(s.opts.Lanes); err != nil {
+		return dst[:0], invalid(err)
 	}
 	if len(dst) == 0 {
 		return dst, ctx.Err()
@@ -182,18 +172,8 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 // Claim takes up to c.Limit eligible rows for c.Token in one UPDATE.
 func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
 	dst = dst[:0]
-	if err := s.checkLane("claim", c.Lane); err != nil {
-		return dst, err
-	}
-	switch {
-	case c.Limit < 1:
-		return dst, invalid("claim", "limit must be at least 1, got %d", c.Limit)
-	case c.Token.IsZero():
-		return dst, invalid("claim", "zero claim token")
-	case !c.Until.After(c.Now):
-		return dst, invalid("claim", "until %s is not after now %s", c.Until, c.Now)
-	case c.Lane != outbox.Unordered && !c.After.IsZero():
-		return dst, invalid("claim", "After is set for lane %d (only unordered claims take a cursor)", c.Lane)
+	if err := c.Validate(s.opts.Lanes); err != nil {
+		return dst, invalid(err)
 	}
 	args := []any{named("n", int64(c.Limit)), named("now", c.Now.UTC()), named("until", c.Until.UTC()), named("tok", c.Token[:])}
 	query := s.q.claimUnordered
@@ -261,8 +241,8 @@ func chunkIDs(ids []outbox.ID, fn func(part []outbox.ID) (int, error)) (int, err
 
 // Renew extends the live claims of r.Token; it never shortens an expiry.
 func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
-	if err := s.checkLane("renew", r.Lane); err != nil {
-		return 0, err
+	if err := r.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	if r.Token.IsZero() || (r.IDs != nil && len(r.IDs) == 0) {
 		return 0, nil
@@ -282,8 +262,8 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 // Release gives back the live claims of r.Token (only r.IDs when given) without
 // counting an attempt: the rows are eligible again at once.
 func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error) {
-	if err := s.checkLane("release", r.Lane); err != nil {
-		return 0, err
+	if err := r.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	if r.Token.IsZero() || (r.IDs != nil && len(r.IDs) == 0) {
 		return 0, nil
@@ -302,8 +282,8 @@ func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error
 
 // Complete deletes the rows among c.IDs whose live claim is c.Token.
 func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
-	if err := s.checkLane("complete", c.Lane); err != nil {
-		return 0, err
+	if err := c.Validate(s.opts.Lanes); err != nil {
+		return 0, invalid(err)
 	}
 	if len(c.IDs) == 0 || c.Token.IsZero() {
 		return 0, nil
@@ -318,8 +298,8 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 
 // Fail records a failed attempt of one row held with f.Token, in one statement.
 func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
-	if err := s.checkLane("fail", f.Lane); err != nil {
-		return false, err
+	if err := f.Validate(s.opts.Lanes); err != nil {
+		return false, invalid(err)
 	}
 	if f.Token.IsZero() {
 		return false, nil
@@ -430,8 +410,8 @@ func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 
 // ListParked returns up to q.Limit parked rows after q.After in id order.
 func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.Record, error) {
-	if q.Limit < 1 {
-		return nil, invalid("list parked", "limit must be at least 1, got %d", q.Limit)
+	if err := q.Validate(); err != nil {
+		return nil, invalid(err)
 	}
 	args := []any{named("n", int64(q.Limit)), named("after", q.After[:])}
 	query := s.q.parkedAny
@@ -464,26 +444,16 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 }
 
 // checkFilter enforces "exactly one selector" of a parked-row filter.
-func checkFilter(op string, f outbox.ParkedFilter) error {
-	set := 0
-	if f.IDs != nil {
-		set++
-	}
-	if f.OrderingKey != nil {
-		set++
-	}
-	if f.All {
-		set++
-	}
-	if set != 1 {
-		return invalid(op, "parked filter must set exactly one of IDs, OrderingKey and All (%d set)", set)
+func checkFilter(f outbox.ParkedFilter) error {
+	if err := f.Validate(); err != nil {
+		return invalid(err)
 	}
 	return nil
 }
 
 // Requeue moves the selected parked rows back to pending, due at now, attempts reset.
 func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
-	if err := checkFilter("requeue", f); err != nil {
+	if err := checkFilter(f); err != nil {
 		return 0, err
 	}
 	nowArg := named("now", now.UTC())
@@ -506,7 +476,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 
 // Purge deletes the selected parked rows.
 func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
-	if err := checkFilter("purge", f); err != nil {
+	if err := checkFilter(f); err != nil {
 		return 0, err
 	}
 	var n int
@@ -527,25 +497,23 @@ func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 }
 
 func checkOwner(op, owner string) error {
-	if !utf8.ValidString(owner) {
-		return invalid(op, "owner is not valid UTF-8")
+	if err := outbox.ValidateOwner(op, owner, 0); err != nil {
+		return invalid(err)
 	}
 	if n := utf16Len(owner); n > maxOwnerUnits {
-		return invalid(op, "owner is %d UTF-16 code units long; at most %d fit", n, maxOwnerUnits)
+		return invalidf(op, "Owner is %d UTF-16 code units long; at most %d fit", n, maxOwnerUnits)
 	}
 	return nil
 }
 
 func (s *Store) checkLease(op string, l outbox.LeaseParams) error {
-	switch {
-	case l.Lane < 0 || l.Lane >= s.opts.Lanes:
-		return invalid(op, "lane %d out of range [0, %d)", l.Lane, s.opts.Lanes)
-	case l.Token.IsZero():
-		return invalid(op, "zero lease token")
-	case !l.Until.After(l.Now):
-		return invalid(op, "until %s is not after now %s", l.Until, l.Now)
+	if err := l.Validate(s.opts.Lanes); err != nil {
+		return invalid(err)
 	}
-	return checkOwner(op, l.Owner)
+	if n := utf16Len(l.Owner); n > maxOwnerUnits {
+		return invalidf(op, "Owner is %d UTF-16 code units long; at most %d fit", n, maxOwnerUnits)
+	}
+	return nil
 }
 
 // AcquireLease takes lane for the caller when it is free, expired, or already the
@@ -571,8 +539,8 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 
 // ReleaseLease deletes lane's lease when token holds it (live or not).
 func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) (bool, error) {
-	if lane < 0 || lane >= s.opts.Lanes {
-		return false, invalid("release lease", "lane %d out of range [0, %d)", lane, s.opts.Lanes)
+	if err := outbox.ValidateLane("release lease", lane, s.opts.Lanes); err != nil {
+		return false, invalid(err)
 	}
 	if token.IsZero() {
 		return false, nil

@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +26,9 @@ func TestArgumentChecks(t *testing.T) {
 		err      error
 		contains string
 	}{
-		{"claim limit", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 0, Now: now, Until: now.Add(time.Second), Token: tok}), "limit"},
-		{"claim token", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 1, Now: now, Until: now.Add(time.Second)}), "zero claim token"},
-		{"claim until", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 1, Now: now, Until: now, Token: tok}), "not after now"},
+		{"claim limit", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 0, Now: now, Until: now.Add(time.Second), Token: tok}), "Limit must be at least 1"},
+		{"claim token", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 1, Now: now, Until: now.Add(time.Second)}), "Token is zero"},
+		{"claim until", claim(outbox.ClaimParams{Lane: outbox.Unordered, Limit: 1, Now: now, Until: now, Token: tok}), "is not after Now"},
 		{"claim lane", claim(outbox.ClaimParams{Lane: 4, Limit: 1, Now: now, Until: now.Add(time.Second), Token: tok, Lease: tok}), "lane 4 out of range"},
 		{"read lane", func() error { _, err := s.Read(ctx, outbox.ReadQuery{Lane: -2}, make([]outbox.Record, 1)); return err }(), "lane -2"},
 		{"renew lane", func() error { _, err := s.Renew(ctx, outbox.RenewParams{Token: tok, Lane: 4}); return err }(), "lane 4"},
@@ -37,7 +38,7 @@ func TestArgumentChecks(t *testing.T) {
 		}(), "lane 9"},
 		{"release lane", func() error { _, err := s.Release(ctx, outbox.ReleaseParams{Token: tok, Lane: 7}); return err }(), "lane 7"},
 		{"fail lane", func() error { _, err := s.Fail(ctx, outbox.FailParams{Token: tok, Lane: -3}); return err }(), "lane -3"},
-		{"list parked", func() error { _, err := s.ListParked(ctx, outbox.ParkedQuery{}); return err }(), "limit"},
+		{"list parked", func() error { _, err := s.ListParked(ctx, outbox.ParkedQuery{}); return err }(), "Limit must be at least 1"},
 		{"requeue no selector", func() error { _, err := s.Requeue(ctx, outbox.ParkedFilter{}, now); return err }(), "exactly one"},
 		{"purge two selectors", func() error {
 			k := "k"
@@ -51,11 +52,11 @@ func TestArgumentChecks(t *testing.T) {
 		{"acquire token", func() error {
 			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Now: now, Until: now.Add(time.Second)})
 			return err
-		}(), "zero lease token"},
+		}(), "Token is zero"},
 		{"renew lease until", func() error {
 			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 0, Token: tok, Now: now, Until: now})
 			return err
-		}(), "not after now"},
+		}(), "is not after Now"},
 		{"owner length", func() error {
 			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Owner: strings.Repeat("o", 401), Token: tok, Now: now, Until: now.Add(time.Second)})
 			return err
@@ -64,8 +65,8 @@ func TestArgumentChecks(t *testing.T) {
 		{"release lane", func() error { _, err := s.ReleaseLease(ctx, 4, tok); return err }(), "lane 4"},
 	}
 	for _, c := range checks {
-		if c.err == nil || !strings.Contains(c.err.Error(), c.contains) {
-			t.Errorf("%s: error %v, want one containing %q", c.name, c.err, c.contains)
+		if c.err == nil || !strings.Contains(c.err.Error(), c.contains) || !errors.Is(c.err, outbox.ErrInvalidArgument) {
+			t.Errorf("%s: error %v, want one wrapping outbox.ErrInvalidArgument containing %q", c.name, c.err, c.contains)
 		}
 	}
 	// Nothing to do is no error and no I/O.
