@@ -41,20 +41,31 @@ SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
 	$(if $(call local,$(OUTBOX_TEST_POSTGRES_DSN)),postgres) \
 	$(if $(call local,$(OUTBOX_TEST_AMQP_URL)),amqp)
 
-.PHONY: test test-mysql-oracle test-short vet examples bench bench-short fuzz services demo help
+.PHONY: test test-modules test-mysql-oracle test-short vet examples bench bench-short fuzz services demo help
 
-## test: go vet, build the examples, then go test -race ./... against the local services (MariaDB, PostgreSQL, RabbitMQ), then test-mysql-oracle
+# The library is the root module; what needs more (brokers, Watermill components, the
+# Prometheus client, the examples) lives in modules of its own, so that a user's go.mod
+# gains none of it. Each is tested with -race; benchmarks (the harness's short run) without.
+MODULES := . e2e _examples forwarder/prometheus
+
+## test: go vet, build the examples, then go test -race in every module against the local services (MariaDB, PostgreSQL, RabbitMQ) and the harness's short run, then test-mysql-oracle
 test: services vet examples
-	OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test -race $(GOTESTFLAGS) ./...
-	cd e2e && OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test -race $(GOTESTFLAGS) ./...
-	cd benchmarks && OUTBOX_TEST_MYSQL_SERVER=mariadb $(GO) test $(GOTESTFLAGS) ./...
+	OUTBOX_TEST_MYSQL_SERVER=mariadb $(MAKE) --no-print-directory test-modules
 	@$(MAKE) --no-print-directory test-mysql-oracle
 
+# test-modules: go test -race in each of MODULES, then the harness's short run.
+test-modules:
+	@for m in $(MODULES); do \
+		echo "test: module $$m"; \
+		(cd "$$m" && $(GO) test -race $(GOTESTFLAGS) ./...) || exit 1; \
+	done
+	cd benchmarks && $(GO) test $(GOTESTFLAGS) ./...
+
 # The second pass: every test that talks to MySQL (conformance, dialect, publisher,
-# forwarder, outboxctl, examples, the harness's short run) again, with
+# forwarder, outboxctl, e2e, examples, the harness's short run) again, with
 # OUTBOX_TEST_MYSQL_DSN pointed at Oracle MySQL. PostgreSQL's tests ran in the first pass.
 ORACLE_REQUIRE := $(subst mysql-oracle,mysql,$(subst postgres,,$(OUTBOX_TEST_REQUIRE)))
-## test-mysql-oracle: go test -race ./... (and the harness's short run) against Oracle MySQL at OUTBOX_TEST_MYSQL_ORACLE_DSN
+## test-mysql-oracle: the tests of every module (and the harness's short run) against Oracle MySQL at OUTBOX_TEST_MYSQL_ORACLE_DSN
 test-mysql-oracle:
 	@if [[ -z "$$OUTBOX_TEST_MYSQL_ORACLE_DSN" ]]; then \
 		if [[ ,$$OUTBOX_TEST_REQUIRE, == *,mysql-oracle,* ]]; then \
@@ -62,36 +73,25 @@ test-mysql-oracle:
 		fi; \
 		echo "test-mysql-oracle: OUTBOX_TEST_MYSQL_ORACLE_DSN not set: skipping the Oracle MySQL pass"; exit 0; \
 	fi; \
-	export OUTBOX_TEST_MYSQL_DSN="$$OUTBOX_TEST_MYSQL_ORACLE_DSN" OUTBOX_TEST_POSTGRES_DSN= \
-		OUTBOX_TEST_MYSQL_SERVER=mysql OUTBOX_TEST_REQUIRE='$(ORACLE_REQUIRE)'; \
-	echo "test-mysql-oracle: go test against Oracle MySQL at $$OUTBOX_TEST_MYSQL_DSN"; \
-	$(GO) test -race $(GOTESTFLAGS) ./... && \
-	(cd e2e && $(GO) test -race $(GOTESTFLAGS) ./...) && \
-	cd benchmarks && $(GO) test $(GOTESTFLAGS) ./...
+	echo "test-mysql-oracle: go test against Oracle MySQL at $$OUTBOX_TEST_MYSQL_ORACLE_DSN"; \
+	OUTBOX_TEST_MYSQL_DSN="$$OUTBOX_TEST_MYSQL_ORACLE_DSN" OUTBOX_TEST_POSTGRES_DSN= \
+		OUTBOX_TEST_MYSQL_SERVER=mysql OUTBOX_TEST_REQUIRE='$(ORACLE_REQUIRE)' \
+		$(MAKE) --no-print-directory test-modules
 
 ## test-short: go test -short ./... (no race detector): the quick loop while editing
 test-short: services
 	$(GO) test -short $(GOTESTFLAGS) ./...
 
+## vet: go vet in every module (benchmarks included)
 vet:
-	$(GO) vet ./...
-	cd e2e && $(GO) vet ./...
-	cd benchmarks && $(GO) vet ./...
-
-# Every _examples/*/ directory builds: with its own go.mod as its own module, otherwise
-# as part of this module (`./...` skips directories starting with "_").
-## examples: build (and vet) every _examples/*/ directory; nothing to do when there are none
-examples:
-	@for d in _examples/*/; do \
-		[ -d "$$d" ] || continue; \
-		if [ -f "$$d/go.mod" ]; then \
-			echo "examples: $$d (own module)"; \
-			(cd "$$d" && $(GO) vet ./... && $(GO) build -o /dev/null ./...) || exit 1; \
-		else \
-			echo "examples: $$d"; \
-			{ $(GO) vet "./$${d}..." && $(GO) build -o /dev/null "./$${d}..."; } || exit 1; \
-		fi; \
+	@for m in $(MODULES) benchmarks; do \
+		echo "vet: module $$m"; \
+		(cd "$$m" && $(GO) vet ./...) || exit 1; \
 	done
+
+## examples: build every program under _examples/ (a module of its own; its examplestest runs them in make test)
+examples:
+	cd _examples && $(GO) build -o /dev/null ./...
 
 ## bench: the comparison harness (benchmarks/, its own module), full counts, MariaDB and PostgreSQL
 bench: services
@@ -122,7 +122,7 @@ DEMOFLAGS ?=
 DEMO_SERVICES ?= mysql
 demo:
 	@$(if $(strip $(DEMO_SERVICES)),scripts/services $(DEMO_SERVICES),true)
-	$(GO) run ./_examples/quickstart $(DEMOFLAGS)
+	cd _examples && $(GO) run ./quickstart $(DEMOFLAGS)
 
 ## help: list the targets
 help:
@@ -135,6 +135,7 @@ help:
 ## chaos: forwarder end-to-end/crash/chaos tests at full size, then the restart variant on MariaDB and on Oracle MySQL (it stops and starts the LOCAL servers: never while others use them)
 chaos: services
 	OUTBOX_TEST_FULL=1 $(GO) test -count=1 -timeout 30m -v -run 'TestE2E_|TestPubSubUniversal' $(GOTESTFLAGS) ./forwarder/
+	cd e2e && OUTBOX_TEST_FULL=1 $(GO) test -count=1 -timeout 30m -v -run 'TestE2E_' $(GOTESTFLAGS) ./...
 	OUTBOX_TEST_FULL=1 OUTBOX_CHAOS_RESTART=1 $(GO) test -count=1 -timeout 10m -v -run '^TestE2E_DatabaseConnectionsKilled$$' $(GOTESTFLAGS) ./forwarder/
 	@if [[ -n "$$OUTBOX_TEST_MYSQL_ORACLE_DSN" ]]; then \
 		OUTBOX_TEST_MYSQL_DSN="$$OUTBOX_TEST_MYSQL_ORACLE_DSN" OUTBOX_TEST_POSTGRES_DSN= OUTBOX_TEST_FULL=1 $(GO) test -count=1 -timeout 30m -v -run 'TestE2E_' $(GOTESTFLAGS) ./forwarder/ && \

@@ -9,6 +9,16 @@ import (
 // Store is the contract every SQL dialect implements over one outbox table (and its
 // lane-lease table). Package outboxtest runs the whole contract against a Store.
 //
+// For implementers (a dialect of your own): Store, the optional capabilities
+// (BatchLocker, StaleConnChecker, Inbox) and their parameter types are the driver seam,
+// and they are not yet stable. Until v1, a minor version may add a method or a field;
+// the CHANGELOG names every such change, and outboxtest gains a rule for it in the same
+// version, so an implementation that passes outboxtest.Run of the version it builds
+// against is complete. What is stable already: the rules below, the row layout and its
+// wire formats (lanes, headercodec), which writers in other languages rely on.
+// Applications use the stores through publisher and forwarder and never need to call
+// these methods directly.
+//
 // Rules common to every method:
 //   - Every instant is supplied by the caller; stores never read a clock. Instants are
 //     stored in UTC at microsecond precision or better and returned in UTC.

@@ -20,8 +20,8 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/internal/pubbench"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/publisher"
@@ -46,7 +46,7 @@ func benchRows() int {
 
 // fillUnordered inserts n unordered rows (200-byte payload, three metadata entries)
 // directly through the store in transactions of 5,000.
-func fillUnordered(tb testing.TB, e engine, db *sql.DB, store outbox.Store, n int, destination string) {
+func fillUnordered(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, n int, destination string) {
 	tb.Helper()
 	ctx := context.Background()
 	md := message.Metadata{"trace_id": "0123456789abcdef", "type": "order.created", "v": "1"}
@@ -80,9 +80,9 @@ func fillUnordered(tb testing.TB, e engine, db *sql.DB, store outbox.Store, n in
 	// PostgreSQL plans the claims as a sort of the whole backlog (autovacuum is off on
 	// some test servers).
 	o := store.Options()
-	analyze := "ANALYZE " + e.qualify(o, o.OutboxTable())
-	if e.driver == "mysql" {
-		analyze = "ANALYZE TABLE " + e.qualify(o, o.OutboxTable())
+	analyze := "ANALYZE " + e.Qualify(o, o.OutboxTable())
+	if e.Driver == "mysql" {
+		analyze = "ANALYZE TABLE " + e.Qualify(o, o.OutboxTable())
 	}
 	if _, err := db.ExecContext(ctx, analyze); err != nil {
 		tb.Fatalf("analyze: %v", err)
@@ -93,7 +93,7 @@ func fillUnordered(tb testing.TB, e engine, db *sql.DB, store outbox.Store, n in
 // each claiming a batch of 500 eligible unordered rows with FOR UPDATE SKIP LOCKED
 // (reading what a forwarder reads), handing them to the same no-op publisher, and
 // deleting them in one statement, one transaction per batch. It returns rows/s.
-func baselineDrain(tb testing.TB, e engine, db *sql.DB, opts outbox.Options, pub message.Publisher, n int) float64 {
+func baselineDrain(tb testing.TB, e chaos.Engine, db *sql.DB, opts outbox.Options, pub message.Publisher, n int) float64 {
 	return baselineLoop(tb, e, db, opts, pub, n, 4, 1)
 }
 
@@ -101,11 +101,11 @@ func baselineDrain(tb testing.TB, e engine, db *sql.DB, opts outbox.Options, pub
 // messages through up to `fanout` goroutines at once before its delete (fanout 1: one
 // after another). With a real broker and a fanout as wide as the forwarder's window it
 // is the database-backed ceiling: no router, no claim UPDATE, nothing but the loop.
-func baselineLoop(tb testing.TB, e engine, db *sql.DB, opts outbox.Options, pub message.Publisher, n, workers, fanout int) float64 {
+func baselineLoop(tb testing.TB, e chaos.Engine, db *sql.DB, opts outbox.Options, pub message.Publisher, n, workers, fanout int) float64 {
 	tb.Helper()
-	table := e.qualify(opts, opts.OutboxTable())
+	table := e.Qualify(opts, opts.OutboxTable())
 	ph := func(i int) string {
-		if e.driver == "pgx" {
+		if e.Driver == "pgx" {
 			return "$" + strconv.Itoa(i)
 		}
 		return "?"
@@ -226,14 +226,14 @@ type drainResult struct {
 }
 
 // forwarderDrain runs a forwarder over a full table until it is empty.
-func forwarderDrain(tb testing.TB, e engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int) drainResult {
+func forwarderDrain(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int) drainResult {
 	tb.Helper()
-	return forwarderDrainVia(tb, e, db, store, cfg, pub, count, n, runForwarder)
+	return forwarderDrainVia(tb, e, db, store, cfg, pub, count, n, chaos.RunForwarder)
 }
 
 // forwarderDrainVia is forwarderDrain with the forwarder run by run (Forwarder.Run, or
 // a Watermill router: runInRouter).
-func forwarderDrainVia(tb testing.TB, e engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int,
+func forwarderDrainVia(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int,
 	run func(testing.TB, *forwarder.Forwarder) func()) drainResult {
 	tb.Helper()
 	runtime.GC()
@@ -272,7 +272,7 @@ func forwarderDrainVia(tb testing.TB, e engine, db *sql.DB, store outbox.Store, 
 	for count() < int64(n) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	for e.rowCount(tb, db, store.Options()) > 0 {
+	for e.RowCount(tb, db, store.Options()) > 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
@@ -282,7 +282,7 @@ func forwarderDrainVia(tb testing.TB, e engine, db *sql.DB, store outbox.Store, 
 	<-sampled
 	stop()
 	res.rate = float64(n) / elapsed.Seconds()
-	tb.Logf("%s: %d rows in %s (%.0f rows/s); store calls:\n%s", e.name, n, elapsed.Round(time.Millisecond), res.rate, timed)
+	tb.Logf("%s: %d rows in %s (%.0f rows/s); store calls:\n%s", e.Name, n, elapsed.Round(time.Millisecond), res.rate, timed)
 	res.allocsPerMsg = float64(ms1.Mallocs-ms0.Mallocs) / float64(n)
 	res.bytesPerMsg = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(n)
 	return res
@@ -317,9 +317,9 @@ func rss() uint64 {
 // the router costs side by side (fwdlocked_router_rows/s, ratio_locked_router).
 func BenchmarkDrain(b *testing.B) {
 	n := benchRows()
-	for _, e := range engines {
-		b.Run(e.name, func(b *testing.B) {
-			db, _ := e.open(b)
+	for _, e := range chaos.Engines {
+		b.Run(e.Name, func(b *testing.B) {
+			db, _ := e.Open(b)
 			var base, def, big, locked, locked500, ratio, ratio500, ratioLocked, ratioLocked500, allocs, bytes []float64
 			var baseCPU, lockedCPU, routerCPU []float64 // Go CPU ns per message
 			var viaRouter, ratioRouter []float64
@@ -331,7 +331,7 @@ func BenchmarkDrain(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < benchRounds(); r++ {
 					fresh := func() (*chaos.NopPublisher, outbox.Store) {
-						st := e.table(b, db, 64)
+						st := e.Table(b, db, 64)
 						fillUnordered(b, e, db, st, n, "bench")
 						return &chaos.NopPublisher{}, st
 					}
@@ -410,7 +410,7 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(median(bytes), "B/msg")
 			b.ReportMetric(0, "ns/op")
 			b.Logf("%s: per round: baseline %v, forwarder %v, forwarder 500/2000 %v, forwarder UnorderedLocking (500/2000) %v, UnorderedLocking 250/1000 %v rows/s",
-				e.name, rounded(base), rounded(def), rounded(big), rounded(locked), rounded(locked500))
+				e.Name, rounded(base), rounded(def), rounded(big), rounded(locked), rounded(locked500))
 		})
 	}
 }
@@ -452,14 +452,14 @@ func BenchmarkBacklogMemory(b *testing.B) {
 	if os.Getenv("OUTBOX_BENCH_1M") == "1" {
 		sizes = append(sizes, 1_000_000)
 	}
-	for _, e := range engines {
+	for _, e := range chaos.Engines {
 		for _, n := range sizes {
-			b.Run(fmt.Sprintf("%s/rows=%d", e.name, n), func(b *testing.B) {
-				db, _ := e.open(b)
+			b.Run(fmt.Sprintf("%s/rows=%d", e.Name, n), func(b *testing.B) {
+				db, _ := e.Open(b)
 				var r drainResult
 				for i := 0; i < b.N; i++ {
 					nop := &chaos.NopPublisher{}
-					st := e.table(b, db, 64)
+					st := e.Table(b, db, 64)
 					fillUnordered(b, e, db, st, n, "bench")
 					r = forwarderDrain(b, e, db, st, forwarder.Config{}, nop, nop.Count, n)
 				}
@@ -491,21 +491,21 @@ func (p *arrivalPublisher) Close() error { return nil }
 // (direct dispatch through Notify), one transaction at a time. Goal: p50 <= 5 ms,
 // p99 <= 20 ms on loopback. commit_p50 is the Commit call alone, for reference.
 func BenchmarkCommitToPublish(b *testing.B) {
-	for _, e := range engines {
+	for _, e := range chaos.Engines {
 		for _, keyed := range []bool{false, true} {
-			name := e.name + "/unordered"
+			name := e.Name + "/unordered"
 			if keyed {
-				name = e.name + "/keyed"
+				name = e.Name + "/keyed"
 			}
 			b.Run(name, func(b *testing.B) {
-				db, _ := e.open(b)
-				st := e.table(b, db, 64)
+				db, _ := e.Open(b)
+				st := e.Table(b, db, 64)
 				target := &arrivalPublisher{ch: make(chan time.Time, 16)}
 				// A long poll interval makes sure the figure is the notify path, not polling.
-				fwd := newForwarder(b, st, forwarder.Targets{"": target}, forwarder.Config{
+				fwd := chaos.NewForwarder(b, st, forwarder.Targets{"": target}, forwarder.Config{
 					PollInterval: time.Second, MaxPollInterval: 2 * time.Second,
 				})
-				runForwarder(b, fwd)
+				chaos.RunForwarder(b, fwd)
 				ob, err := publisher.New(st, publisher.Config{Notifier: fwd}, nil)
 				if err != nil {
 					b.Fatal(err)
@@ -576,10 +576,10 @@ func waitAnyLease(tb testing.TB, st outbox.Store, d time.Duration) {
 // quiesce drops a drained table and waits until the database has no background work
 // left from it (MariaDB's purge of the deleted rows' undo history), so that the next
 // measured run does not pay for the previous one.
-func quiesce(tb testing.TB, e engine, db *sql.DB, opts outbox.Options) {
+func quiesce(tb testing.TB, e chaos.Engine, db *sql.DB, opts outbox.Options) {
 	tb.Helper()
-	testenv.Bounded(tb, "drop the drained tables", testenv.CleanupTimeout, func(ctx context.Context) error { return e.drop(ctx, db, opts) })
-	if e.driver != "mysql" {
+	testenv.Bounded(tb, "drop the drained tables", testenv.CleanupTimeout, func(ctx context.Context) error { return e.Drop(ctx, db, opts) })
+	if e.Driver != "mysql" {
 		return
 	}
 	deadline := time.Now().Add(60 * time.Second)

@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 )
 
 // sliceSubscriber hands out prepared messages on one channel from `window` goroutines,

@@ -15,7 +15,7 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -39,42 +39,42 @@ func testDatabaseChaos(t *testing.T, restart bool) {
 		inFlight = 64
 		kills    = 5
 	)
-	e := mariaDB
+	e := chaos.MariaDB
 	// The driver logs every connection it finds killed; that is the point here.
 	_ = mysqldriver.SetLogger(log.New(io.Discard, "", 0))
 	t.Cleanup(func() { _ = mysqldriver.SetLogger(log.New(os.Stderr, "[mysql] ", log.Ldate|log.Ltime|log.Lshortfile)) })
-	root, rootDSN := e.open(t)
+	root, rootDSN := e.Open(t)
 	user, userDSN := chaos.MariaDBUser(t, root, rootDSN)
-	db := e.openDSN(t, userDSN)
-	rootStore := e.table(t, root, lanesN) // created and dropped by root
-	store, err := e.newStore(db, rootStore.Options())
+	db := e.OpenDSN(t, userDSN)
+	rootStore := e.Table(t, root, lanesN) // created and dropped by root
+	store, err := e.NewStore(db, rootStore.Options())
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := chaos.NewRecorder()
-	fwd := newForwarder(t, store, forwarder.Targets{"": &chaos.RecordingPublisher{Recorder: rec}}, forwarder.Config{
+	fwd := chaos.NewForwarder(t, store, forwarder.Targets{"": &chaos.RecordingPublisher{Recorder: rec}}, forwarder.Config{
 		InFlight: inFlight, ClaimTTL: 3 * time.Second, RetryBase: 50 * time.Millisecond, RetryMax: time.Second,
 	})
-	runForwarder(t, fwd)
+	chaos.RunForwarder(t, fwd)
 	ob, err := publisher.New(store, publisher.Config{Notifier: fwd}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 6000
-	if fullRun() {
+	if chaos.FullRun() {
 		total = 30000
 	}
-	msgs := append(keyedMessages(total*2/3, keys, "db"), keyedMessages(total/3, 0, "db")...)
+	msgs := append(chaos.KeyedMessages(total*2/3, keys, "db"), chaos.KeyedMessages(total/3, 0, "db")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	var ws *writeStats
+	var ws *chaos.WriteStats
 	var werr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		ws, werr = writeAll(ctx, ob, db, "db", slices.Clone(msgs), 4, 20)
+		ws, werr = chaos.WriteAll(ctx, ob, db, "db", slices.Clone(msgs), 4, 20)
 	}()
 
 	events, killed := 0, 0
@@ -103,17 +103,17 @@ func testDatabaseChaos(t *testing.T, restart bool) {
 		t.Fatal(werr)
 	}
 	ok := rec.WaitUnique(len(msgs), 20*time.Second, 2*time.Minute)
-	s := checkDelivered(t, rec, uuidsOf(msgs))
-	bound := events*(inFlight+lanesN) + ws.unknownRetried
+	s := chaos.CheckDelivered(t, rec, chaos.UUIDsOf(msgs))
+	bound := events*(inFlight+lanesN) + ws.UnknownRetried
 	t.Logf("disruptions=%d connections killed=%d, writer tx retries=%d (unknown outcome: %d messages rewritten), all delivered=%v, duplicates=%d (bound %d)",
-		events, killed, ws.retries, ws.unknownRetried, ok, s.Duplicates, bound)
+		events, killed, ws.Retries, ws.UnknownRetried, ok, s.Duplicates, bound)
 	if s.Duplicates > bound {
 		t.Errorf("%d duplicates, more than the in-flight window allows (%d)", s.Duplicates, bound)
 	}
 	if !restart && killed == 0 {
 		t.Error("no connection was killed: the test disturbed nothing")
 	}
-	e.waitEmpty(t, root, store.Options(), 15*time.Second)
+	e.WaitEmpty(t, root, store.Options(), 15*time.Second)
 }
 
 // restartTarget returns the address of the server behind dsn and the scripts/services

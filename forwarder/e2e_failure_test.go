@@ -8,7 +8,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/lanes"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
@@ -18,15 +18,15 @@ import (
 // allows in that window: no hot loop; of the ordered messages only lane heads are
 // tried), loses nothing, and drains in order once the target recovers.
 func TestE2E_TargetFailingBackoff(t *testing.T) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) {
+	for _, e := range chaos.Engines {
+		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			testTargetFailing(t, e)
 		})
 	}
 }
 
-func testTargetFailing(t *testing.T, e engine) {
+func testTargetFailing(t *testing.T, e chaos.Engine) {
 	const (
 		lanesN    = 64
 		keys      = 10
@@ -34,26 +34,26 @@ func testTargetFailing(t *testing.T, e engine) {
 		retryBase = 50 * time.Millisecond
 		retryMax  = 400 * time.Millisecond
 	)
-	db, _ := e.open(t)
-	store := e.table(t, db, lanesN)
+	db, _ := e.Open(t)
+	store := e.Table(t, db, lanesN)
 	rec := chaos.NewRecorder()
 	flaky := chaos.NewFlaky(&chaos.RecordingPublisher{Recorder: rec})
 	flaky.SetFailing(true)
-	fwd := newForwarder(t, store, forwarder.Targets{"": flaky}, forwarder.Config{
+	fwd := chaos.NewForwarder(t, store, forwarder.Targets{"": flaky}, forwarder.Config{
 		RetryBase: retryBase, RetryMax: retryMax, MaxAttempts: 1000,
 	})
-	runForwarder(t, fwd)
+	chaos.RunForwarder(t, fwd)
 	ob, err := publisher.New(store, publisher.Config{Notifier: fwd}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyed := keyedMessages(200, keys, "t")
-	unordered := keyedMessages(200, 0, "t")
+	keyed := chaos.KeyedMessages(200, keys, "t")
+	unordered := chaos.KeyedMessages(200, 0, "t")
 	all := append(slices.Clone(keyed), unordered...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	if _, err := writeAll(ctx, ob, db, "t", all, 2, 50); err != nil {
+	if _, err := chaos.WriteAll(ctx, ob, db, "t", all, 2, 50); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(window - time.Since(start))
@@ -83,7 +83,7 @@ func testTargetFailing(t *testing.T, e engine) {
 	// about 12 attempts fit in 3 s; allow slack for polling and scheduling.
 	const perMessageBound = 16
 	t.Logf("%s: %d publish attempts failed in %s: %d ordered heads (lanes used %d) + %d unordered offered, max %d attempts per message",
-		e.name, failed, window, offeredKeyed, len(usedLanes), offeredUnordered, maxPer)
+		e.Name, failed, window, offeredKeyed, len(usedLanes), offeredUnordered, maxPer)
 	if offeredKeyed > len(usedLanes) {
 		t.Errorf("%d ordered messages offered while failing, want at most one head per lane (%d lanes)", offeredKeyed, len(usedLanes))
 	}
@@ -96,8 +96,8 @@ func testTargetFailing(t *testing.T, e engine) {
 
 	ok := rec.WaitUnique(len(all), 10*time.Second, 30*time.Second)
 	t.Logf("drained after recovery=%v in %s", ok, time.Since(start)-window)
-	checkDelivered(t, rec, uuidsOf(all))
-	e.waitEmpty(t, db, store.Options(), 10*time.Second)
+	chaos.CheckDelivered(t, rec, chaos.UUIDsOf(all))
+	e.WaitEmpty(t, db, store.Options(), 10*time.Second)
 }
 
 // TestE2E_PoisonMessage: one ordered message always fails. After MaxAttempts it is
@@ -112,22 +112,22 @@ func TestE2E_PoisonMessage(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			testPoison(t, mariaDB, hold)
+			testPoison(t, chaos.MariaDB, hold)
 		})
 	}
 }
 
-func testPoison(t *testing.T, e engine, hold bool) {
+func testPoison(t *testing.T, e chaos.Engine, hold bool) {
 	const lanesN = 4 // few lanes: keys share lanes
-	db, _ := e.open(t)
-	store := e.table(t, db, lanesN)
+	db, _ := e.Open(t)
+	store := e.Table(t, db, lanesN)
 	rec := chaos.NewRecorder()
 	flaky := chaos.NewFlaky(&chaos.RecordingPublisher{Recorder: rec})
-	fwd := newForwarder(t, store, forwarder.Targets{"": flaky}, forwarder.Config{
+	fwd := chaos.NewForwarder(t, store, forwarder.Targets{"": flaky}, forwarder.Config{
 		RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond, MaxAttempts: 3,
 		HoldParkedKeys: hold,
 	})
-	msgs := keyedMessages(200, 20, "p")
+	msgs := chaos.KeyedMessages(200, 20, "p")
 	poison := msgs[40] // key k0, seq 2
 	poisonKey := poison.Metadata.Get(publisher.MetadataOrderingKey)
 	poisonLane := lanes.Of(poisonKey, lanesN)
@@ -148,14 +148,14 @@ func testPoison(t *testing.T, e engine, hold bool) {
 	if len(sameLaneOtherKeys) == 0 {
 		t.Fatal("test setup: no other key shares the poison message's lane")
 	}
-	runForwarder(t, fwd)
+	chaos.RunForwarder(t, fwd)
 	ob, err := publisher.New(store, publisher.Config{Notifier: fwd}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := writeAll(ctx, ob, db, "p", msgs, 1, 200); err != nil {
+	if _, err := chaos.WriteAll(ctx, ob, db, "p", msgs, 1, 200); err != nil {
 		t.Fatal(err)
 	}
 	want := len(msgs) - 1

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -16,8 +16,8 @@ import (
 // Every message is delivered, per-key order holds (first deliveries of a key come in
 // write order), and duplicates are reported.
 func TestE2E_ThreeForwardersOneTable(t *testing.T) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) {
+	for _, e := range chaos.Engines {
+		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			testThreeForwarders(t, e)
 		})
@@ -29,32 +29,32 @@ func TestE2E_ThreeForwardersOneTable(t *testing.T) {
 // and a progress window (10 s) shorter than the default ClaimTTL (30 s): a lane worker
 // that stops without giving back the head rows it claimed stalls its lane past it.
 func TestE2E_ThreeForwardersShortLease(t *testing.T) {
-	testThreeForwardersWith(t, mariaDB, 6000, 2*time.Second, 10*time.Second)
+	testThreeForwardersWith(t, chaos.MariaDB, 6000, 2*time.Second, 10*time.Second)
 }
 
-func testThreeForwarders(t *testing.T, e engine) {
+func testThreeForwarders(t *testing.T, e chaos.Engine) {
 	testThreeForwardersWith(t, e, 20000, 0, 20*time.Second)
 }
 
-func testThreeForwardersWith(t *testing.T, e engine, total int, leaseTTL, idle time.Duration) {
+func testThreeForwardersWith(t *testing.T, e chaos.Engine, total int, leaseTTL, idle time.Duration) {
 	const (
 		lanes      = 64
 		keys       = 100
 		writers    = 4
 		forwarders = 3
 	)
-	db, _ := e.open(t)
-	store := e.table(t, db, lanes)
+	db, _ := e.Open(t)
+	store := e.Table(t, db, lanes)
 	rec := chaos.NewRecorder()
 	target := &chaos.RecordingPublisher{Recorder: rec}
 
 	fwds := make([]*forwarder.Forwarder, forwarders)
 	for i := range fwds {
-		fwds[i] = newForwarder(t, store, forwarder.Targets{"": target}, forwarder.Config{
+		fwds[i] = chaos.NewForwarder(t, store, forwarder.Targets{"": target}, forwarder.Config{
 			Owner:    fmt.Sprintf("fwd-%d", i),
 			LeaseTTL: leaseTTL,
 		})
-		runForwarder(t, fwds[i])
+		chaos.RunForwarder(t, fwds[i])
 	}
 	// One writer process in real life would link its own forwarder; here the writers
 	// notify the first one, the others find their lanes by polling.
@@ -62,11 +62,11 @@ func testThreeForwardersWith(t *testing.T, e engine, total int, leaseTTL, idle t
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := keyedMessages(total, keys, "orders")
+	msgs := chaos.KeyedMessages(total, keys, "orders")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	ws, err := writeAll(ctx, ob, db, "orders", msgs, writers, 50)
+	ws, err := chaos.WriteAll(ctx, ob, db, "orders", msgs, writers, 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +74,8 @@ func testThreeForwardersWith(t *testing.T, e engine, total int, leaseTTL, idle t
 	ok := rec.WaitUnique(total, idle, 90*time.Second)
 	took := time.Since(start)
 	t.Logf("%s: wrote %d in %s (%d retried txs), all delivered=%v after %s (%.0f msg/s end to end)",
-		e.name, total, wrote.Round(time.Millisecond), ws.retries, ok, took.Round(time.Millisecond), float64(total)/took.Seconds())
-	checkDelivered(t, rec, uuidsOf(msgs))
+		e.Name, total, wrote.Round(time.Millisecond), ws.Retries, ok, took.Round(time.Millisecond), float64(total)/took.Seconds())
+	chaos.CheckDelivered(t, rec, chaos.UUIDsOf(msgs))
 
 	// The lanes were shared: every forwarder held some, none more than its share + 1.
 	leases, err := store.Leases(ctx)
@@ -96,5 +96,5 @@ func testThreeForwardersWith(t *testing.T, e engine, total int, leaseTTL, idle t
 			t.Errorf("fwd-%d holds %d lanes, want within one of %d (spread %v)", i, n, lanes/forwarders, per)
 		}
 	}
-	e.waitEmpty(t, db, store.Options(), 10*time.Second)
+	e.WaitEmpty(t, db, store.Options(), 10*time.Second)
 }

@@ -11,27 +11,28 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	_ "github.com/jackc/pgx/v5/stdlib"
-	prom "github.com/prometheus/client_golang/prometheus"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/prometheus"
 	"github.com/relayer-go/watermill-outbox/mysql"
 	"github.com/relayer-go/watermill-outbox/postgres"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
 // A forwarder in a router next to the application's handlers: rows of the "orders"
-// outbox go to Kafka, with the router's retry and recoverer middleware, Prometheus
-// metrics and a publisher in the same process that wakes the forwarder on commit.
+// outbox go to the broker's publisher, with the router's retry and recoverer middleware
+// and a publisher in the same process that wakes the forwarder on commit. Any
+// message.Publisher is a target; with watermill-kafka, key the partitions by the row's
+// ordering key (kafka.NewWithPartitioningMarshaler returning
+// forwarder.RowFromContext(msg.Context()).OrderingKey) so that per-key order continues
+// in Kafka: _examples/kafka does exactly that. Metrics: forwarder/prometheus.
 func Example_router() {
 	logger := watermill.NewStdLogger(false, false)
-	db, err := sql.Open("mysql", "app@tcp(127.0.0.1:3306)/app?parseTime=true")
+	db, err := sql.Open("mysql", "app@tcp(127.0.0.1:3306)/app")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,24 +40,8 @@ func Example_router() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	kafkaPub, err := kafka.NewPublisher(kafka.PublisherConfig{
-		Brokers: []string{"127.0.0.1:9092"},
-		Marshaler: kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
-			row, _ := forwarder.RowFromContext(msg.Context())
-			return row.OrderingKey, nil // per-key order continues in Kafka partitions
-		}),
-	}, logger)
-	if err != nil {
-		log.Fatal(err)
-	}
-	metrics, err := prometheus.New(prom.DefaultRegisterer, prometheus.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	fwd, err := forwarder.New(store, forwarder.Targets{"": kafkaPub}, forwarder.Config{
-		HandlerName: "orders_outbox",
-		Metrics:     metrics.Forwarder("orders_outbox"),
-	}, logger)
+	broker := gochannel.NewGoChannel(gochannel.Config{}, logger) // your Kafka or RabbitMQ publisher
+	fwd, err := forwarder.New(store, forwarder.Targets{"": broker}, forwarder.Config{HandlerName: "orders_outbox"}, logger)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -36,15 +37,15 @@ import (
 //
 // Short mode (the default here; OUTBOX_TEST_FULL=1 runs the suite's full sizes).
 func TestPubSubUniversal(t *testing.T) {
-	e := mariaDB
-	db, _ := e.open(t)
-	store := e.table(t, db, 16)
+	e := chaos.MariaDB
+	db, _ := e.Open(t)
+	store := e.Table(t, db, 16)
 	channel := gochannel.NewGoChannel(gochannel.Config{Persistent: true, OutputChannelBuffer: 1024}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = channel.Close() })
-	fwd := newForwarder(t, store, forwarder.Targets{"": channel}, forwarder.Config{
+	fwd := chaos.NewForwarder(t, store, forwarder.Targets{"": channel}, forwarder.Config{
 		HandlerName: "pubsub_suite", PollInterval: 20 * time.Millisecond, MaxPollInterval: 200 * time.Millisecond,
 	})
-	runForwarder(t, fwd)
+	chaos.RunForwarder(t, fwd)
 	ob, err := publisher.New(store, publisher.Config{Notifier: fwd}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +61,7 @@ func TestPubSubUniversal(t *testing.T) {
 		NewSubscriberReceivesOldMessages: true,
 		RequireSingleInstance:            false,
 		ContextPreserved:                 false,
-		ForceShort:                       !fullRun(),
+		ForceShort:                       !chaos.FullRun(),
 	}, construct, nil)
 }
 

@@ -1,4 +1,4 @@
-package forwarder_test
+package chaos
 
 import (
 	"context"
@@ -13,112 +13,116 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	_ "github.com/go-sql-driver/mysql"
-	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/go-sql-driver/mysql"  // the MariaDB engine's driver
+	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL engine's driver
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/mysql"
 	"github.com/relayer-go/watermill-outbox/postgres"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
-// fullRun reports whether the heavy variants run (make chaos / OUTBOX_TEST_FULL=1).
-func fullRun() bool { return os.Getenv("OUTBOX_TEST_FULL") == "1" }
+// The end-to-end tests' engines, writers and checks, shared by the forwarder's tests
+// (root module) and the broker tests (module e2e).
 
-// engine is one SQL dialect the end-to-end tests run against.
-type engine struct {
-	name     string
-	service  string // testenv service
-	driver   string
-	newStore func(db *sql.DB, opts outbox.Options) (outbox.Store, error)
-	qualify  func(opts outbox.Options, table string) string
+// FullRun reports whether the heavy variants run (make chaos / OUTBOX_TEST_FULL=1).
+func FullRun() bool { return os.Getenv("OUTBOX_TEST_FULL") == "1" }
+
+// Engine is one SQL dialect the end-to-end tests run against.
+type Engine struct {
+	Name     string
+	Service  string // testenv service
+	Driver   string
+	NewStore func(db *sql.DB, opts outbox.Options) (outbox.Store, error)
+	Qualify  func(opts outbox.Options, table string) string
 }
 
 var (
-	mariaDB = engine{
-		name: "mariadb", service: testenv.MySQL, driver: "mysql",
-		newStore: func(db *sql.DB, o outbox.Options) (outbox.Store, error) { return mysql.New(db, o) },
-		qualify:  mysql.QualifiedTable,
+	MariaDB = Engine{
+		Name: "mariadb", Service: testenv.MySQL, Driver: "mysql",
+		NewStore: func(db *sql.DB, o outbox.Options) (outbox.Store, error) { return mysql.New(db, o) },
+		Qualify:  mysql.QualifiedTable,
 	}
-	postgreSQL = engine{
-		name: "postgres", service: testenv.Postgres, driver: "pgx",
-		newStore: func(db *sql.DB, o outbox.Options) (outbox.Store, error) { return postgres.New(db, o) },
-		qualify:  postgres.QualifiedTable,
+	PostgreSQL = Engine{
+		Name: "postgres", Service: testenv.Postgres, Driver: "pgx",
+		NewStore: func(db *sql.DB, o outbox.Options) (outbox.Store, error) { return postgres.New(db, o) },
+		Qualify:  postgres.QualifiedTable,
 	}
-	engines = []engine{mariaDB, postgreSQL}
+	Engines = []Engine{MariaDB, PostgreSQL}
 )
 
-// open returns a pool on the engine's test server (closed at the end of the test).
-func (e engine) open(t testing.TB) (*sql.DB, string) {
+// Open returns a pool on the engine's test server (closed at the end of the test).
+func (e Engine) Open(t testing.TB) (*sql.DB, string) {
 	t.Helper()
-	dsn := testenv.DSN(t, e.service)
-	db := e.openDSN(t, dsn)
+	dsn := testenv.DSN(t, e.Service)
+	db := e.OpenDSN(t, dsn)
 	return db, dsn
 }
 
-func (e engine) openDSN(t testing.TB, dsn string) *sql.DB {
+// OpenDSN is Open on another DSN of the same server (a user of the test's own).
+func (e Engine) OpenDSN(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open(e.driver, dsn)
+	db, err := sql.Open(e.Driver, dsn)
 	if err != nil {
-		t.Fatalf("open %s: %v", e.name, err)
+		t.Fatalf("open %s: %v", e.Name, err)
 	}
 	db.SetMaxOpenConns(40)
 	db.SetMaxIdleConns(40)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
-		testenv.Unavailable(t, e.service, err)
+		testenv.Unavailable(t, e.Service, err)
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
 }
 
-// table creates a fresh outbox (three tables with a private prefix) and drops it at the
+// Table creates a fresh outbox (three tables with a private prefix) and drops it at the
 // end of the test through cleanupDB (a pool that outlives chaos done to db).
-func (e engine) table(t testing.TB, db *sql.DB, lanes int) outbox.Store {
+func (e Engine) Table(t testing.TB, db *sql.DB, lanes int) outbox.Store {
 	t.Helper()
 	opts := outbox.Options{TablePrefix: testenv.Prefix(t), Lanes: lanes}
-	st, err := e.newStore(db, opts)
+	st, err := e.NewStore(db, opts)
 	if err != nil {
-		t.Fatalf("%s store: %v", e.name, err)
+		t.Fatalf("%s store: %v", e.Name, err)
 	}
 	if err := st.CreateSchema(context.Background()); err != nil {
-		t.Fatalf("%s schema: %v", e.name, err)
+		t.Fatalf("%s schema: %v", e.Name, err)
 	}
-	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error { return e.drop(ctx, db, opts) })
+	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error { return e.Drop(ctx, db, opts) })
 	return st
 }
 
-func (e engine) drop(ctx context.Context, db *sql.DB, opts outbox.Options) error {
+// Drop drops the tables of opts.
+func (e Engine) Drop(ctx context.Context, db *sql.DB, opts outbox.Options) error {
 	var errs []error
 	for _, tb := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
-		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+e.qualify(opts, tb)); err != nil {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+e.Qualify(opts, tb)); err != nil {
 			errs = append(errs, fmt.Errorf("drop %s: %w", tb, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// rowCount counts every row left in the outbox table (pending or parked).
-func (e engine) rowCount(t testing.TB, db *sql.DB, opts outbox.Options) int {
+// RowCount counts every row left in the outbox table (pending or parked).
+func (e Engine) RowCount(t testing.TB, db *sql.DB, opts outbox.Options) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM " + e.qualify(opts, opts.OutboxTable())).Scan(&n); err != nil {
+	if err := db.QueryRow("SELECT COUNT(*) FROM " + e.Qualify(opts, opts.OutboxTable())).Scan(&n); err != nil {
 		t.Fatalf("count rows: %v", err)
 	}
 	return n
 }
 
-// waitEmpty fails the test unless the outbox table becomes empty within d (acks are
+// WaitEmpty fails the test unless the outbox table becomes empty within d (acks are
 // completed in batches, shortly after the publish).
-func (e engine) waitEmpty(t testing.TB, db *sql.DB, opts outbox.Options, d time.Duration) {
+func (e Engine) WaitEmpty(t testing.TB, db *sql.DB, opts outbox.Options, d time.Duration) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for {
-		n := e.rowCount(t, db, opts)
+		n := e.RowCount(t, db, opts)
 		if n == 0 {
 			return
 		}
@@ -130,18 +134,18 @@ func (e engine) waitEmpty(t testing.TB, db *sql.DB, opts outbox.Options, d time.
 	}
 }
 
-// keyedMessages returns n messages spread round-robin over keys ordering keys; message i
+// KeyedMessages returns n messages spread round-robin over keys ordering keys; message i
 // has key "k<i%keys>" and sequence i/keys within its key. keys == 0 gives unordered
 // messages (no ordering key).
-func keyedMessages(n, keys int, topic string) []*message.Message {
+func KeyedMessages(n, keys int, topic string) []*message.Message {
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
 		m := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"n":%d,"topic":%q}`, i, topic)))
 		if keys > 0 {
 			k := "k" + strconv.Itoa(i%keys)
 			m.Metadata.Set(publisher.MetadataOrderingKey, k)
-			m.Metadata.Set(chaos.KeyMetadata, k)
-			m.Metadata.Set(chaos.SeqMetadata, strconv.Itoa(i/keys))
+			m.Metadata.Set(KeyMetadata, k)
+			m.Metadata.Set(SeqMetadata, strconv.Itoa(i/keys))
 		}
 		m.Metadata.Set("test_index", strconv.Itoa(i))
 		msgs[i] = m
@@ -149,7 +153,8 @@ func keyedMessages(n, keys int, topic string) []*message.Message {
 	return msgs
 }
 
-func uuidsOf(msgs []*message.Message) []string {
+// UUIDsOf returns the UUIDs of msgs.
+func UUIDsOf(msgs []*message.Message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.UUID
@@ -157,20 +162,20 @@ func uuidsOf(msgs []*message.Message) []string {
 	return out
 }
 
-// writeStats reports what writers did beyond the happy path.
-type writeStats struct {
+// WriteStats reports what writers did beyond the happy path.
+type WriteStats struct {
 	mu             sync.Mutex
-	retries        int // transactions retried after an error
-	unknownRetried int // messages rewritten after a commit with unknown outcome (may be duplicate rows)
+	Retries        int // transactions retried after an error
+	UnknownRetried int // messages rewritten after a commit with unknown outcome (may be duplicate rows)
 }
 
-// writeAll publishes msgs to topic through ob with `writers` concurrent writers, each
+// WriteAll publishes msgs to topic through ob with `writers` concurrent writers, each
 // committing `batch` messages per transaction. Messages of one ordering key always go to
 // the same writer, in order, so per-key order is the write order. A failed transaction
 // is retried (after a commit with an unknown outcome the retry may duplicate rows: the
 // consumer sees a duplicate, as it would in production). It gives up after deadline.
-func writeAll(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic string, msgs []*message.Message, writers, batch int) (*writeStats, error) {
-	ws := &writeStats{}
+func WriteAll(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic string, msgs []*message.Message, writers, batch int) (*WriteStats, error) {
+	ws := &WriteStats{}
 	parts := make([][]*message.Message, writers)
 	for i, m := range msgs {
 		w := i % writers
@@ -207,7 +212,7 @@ func writeAll(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic strin
 	}()...)
 }
 
-func writeBatch(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic string, msgs []*message.Message, ws *writeStats) error {
+func writeBatch(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic string, msgs []*message.Message, ws *WriteStats) error {
 	var last error
 	for attempt := 0; attempt < 200; attempt++ {
 		if ctx.Err() != nil {
@@ -215,7 +220,7 @@ func writeBatch(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic str
 		}
 		if attempt > 0 {
 			ws.mu.Lock()
-			ws.retries++
+			ws.Retries++
 			ws.mu.Unlock()
 			time.Sleep(time.Duration(min(attempt, 10)) * 20 * time.Millisecond)
 		}
@@ -235,16 +240,16 @@ func writeBatch(ctx context.Context, ob *publisher.Outbox, db *sql.DB, topic str
 		last = err
 		if errors.Is(err, outbox.ErrUnknownOutcome) {
 			ws.mu.Lock()
-			ws.unknownRetried += len(msgs)
+			ws.UnknownRetried += len(msgs)
 			ws.mu.Unlock()
 		}
 	}
 	return fmt.Errorf("write: giving up: %w", last)
 }
 
-// runForwarder runs fwd in a router of its own until the test ends (or stop is called)
+// RunForwarder runs fwd in a router of its own until the test ends (or stop is called)
 // and returns stop, which shuts it down gracefully and waits.
-func runForwarder(t testing.TB, fwd *forwarder.Forwarder) (stop func()) {
+func RunForwarder(t testing.TB, fwd *forwarder.Forwarder) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -267,8 +272,8 @@ func runForwarder(t testing.TB, fwd *forwarder.Forwarder) (stop func()) {
 	return stop
 }
 
-// newForwarder builds a forwarder with test-friendly timings over store.
-func newForwarder(t testing.TB, store outbox.Store, targets forwarder.Targets, cfg forwarder.Config) *forwarder.Forwarder {
+// NewForwarder builds a forwarder with test-friendly timings over store.
+func NewForwarder(t testing.TB, store outbox.Store, targets forwarder.Targets, cfg forwarder.Config) *forwarder.Forwarder {
 	t.Helper()
 	fwd, err := forwarder.New(store, targets, cfg, watermill.NopLogger{})
 	if err != nil {
@@ -277,9 +282,9 @@ func newForwarder(t testing.TB, store outbox.Store, targets forwarder.Targets, c
 	return fwd
 }
 
-// checkDelivered fails the test when a message of want was not delivered or per-key
+// CheckDelivered fails the test when a message of want was not delivered or per-key
 // order was violated, and logs the duplicate count.
-func checkDelivered(t testing.TB, rec *chaos.Recorder, want []string) chaos.Summary {
+func CheckDelivered(t testing.TB, rec *Recorder, want []string) Summary {
 	t.Helper()
 	s := rec.Summary()
 	t.Logf("delivery: %v", s)

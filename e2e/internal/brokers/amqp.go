@@ -1,8 +1,6 @@
-package chaos
+package brokers
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -20,14 +18,6 @@ func AMQPConfig(url string) amqp.Config {
 	cfg.Publish.ChannelPoolSize = AMQPChannelPool
 	cfg.Publish.ConfirmDelivery = true
 	return cfg
-}
-
-// UniqueName returns prefix followed by 12 random hex characters (queue and topic names
-// private to one test).
-func UniqueName(prefix string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
 }
 
 // AMQPPublisher returns a publisher over cfg, closed at the end of the test.

@@ -1,4 +1,4 @@
-package chaos
+package brokers
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package forwarder_test
+package e2e_test
 
 import (
 	"bytes"
@@ -11,8 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/relayer-go/watermill-outbox/e2e/internal/brokers"
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
@@ -23,28 +24,28 @@ import (
 // the outbox ordering key, each key lands on one partition and per-key order holds on
 // the consumer.
 func TestE2E_RabbitMQAndKafka(t *testing.T) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) {
+	for _, e := range chaos.Engines {
+		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			testRabbitMQAndKafka(t, e)
 		})
 	}
 }
 
-func testRabbitMQAndKafka(t *testing.T, e engine) {
-	db, _ := e.open(t)
+func testRabbitMQAndKafka(t *testing.T, e chaos.Engine) {
+	db, _ := e.Open(t)
 	amqpURL := testenv.DSN(t, testenv.AMQP)
-	store := e.table(t, db, 16)
+	store := e.Table(t, db, 16)
 
 	kafkaTopic := chaos.UniqueName("orders_")
 	amqpTopic := chaos.UniqueName("outbox_e2e_")
-	brokers := chaos.StartKafka(t, kafkaTopic)
-	kafkaPub := chaos.KafkaPublisher(t, brokers, chaos.KeyFromMetadata(publisher.MetadataOrderingKey))
-	amqpCfg := chaos.AMQPConfig(amqpURL)
-	amqpSub := chaos.AMQPSubscriber(t, amqpCfg, amqpTopic) // declares the queue first
-	amqpPub := chaos.AMQPPublisher(t, amqpCfg)
+	addrs := brokers.StartKafka(t, kafkaTopic)
+	kafkaPub := brokers.KafkaPublisher(t, addrs, brokers.KeyFromMetadata(publisher.MetadataOrderingKey))
+	amqpCfg := brokers.AMQPConfig(amqpURL)
+	amqpSub := brokers.AMQPSubscriber(t, amqpCfg, amqpTopic) // declares the queue first
+	amqpPub := brokers.AMQPPublisher(t, amqpCfg)
 
-	fwd := newForwarder(t, store, forwarder.Targets{"kafka": kafkaPub, "amqp": amqpPub}, forwarder.Config{
+	fwd := chaos.NewForwarder(t, store, forwarder.Targets{"kafka": kafkaPub, "amqp": amqpPub}, forwarder.Config{
 		HandlerName: "outbox_e2e",
 	})
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
@@ -70,7 +71,7 @@ func testRabbitMQAndKafka(t *testing.T, e engine) {
 	got := map[string]*message.Message{}
 	kafkaRec, amqpRec := chaos.NewRecorder(), chaos.NewRecorder()
 	partitions := map[string]map[int32]bool{}
-	chaos.Consume(t, chaos.KafkaSubscriber(t, brokers), kafkaTopic, func(m *message.Message) {
+	brokers.Consume(t, brokers.KafkaSubscriber(t, addrs), kafkaTopic, func(m *message.Message) {
 		kafkaRec.RecordMessage(m)
 		p, _ := kafka.MessagePartitionFromCtx(m.Context())
 		mu.Lock()
@@ -82,7 +83,7 @@ func testRabbitMQAndKafka(t *testing.T, e engine) {
 		partitions[k][p] = true
 		mu.Unlock()
 	})
-	chaos.Consume(t, amqpSub, amqpTopic, func(m *message.Message) {
+	brokers.Consume(t, amqpSub, amqpTopic, func(m *message.Message) {
 		amqpRec.RecordMessage(m)
 		mu.Lock()
 		got[m.UUID] = m
@@ -94,8 +95,8 @@ func testRabbitMQAndKafka(t *testing.T, e engine) {
 		t.Fatal(err)
 	}
 	const keys, perTx = 10, 20
-	kafkaMsgs := keyedMessages(400, keys, kafkaTopic)
-	amqpMsgs := append(keyedMessages(100, 5, amqpTopic), keyedMessages(100, 0, amqpTopic)...)
+	kafkaMsgs := chaos.KeyedMessages(400, keys, kafkaTopic)
+	amqpMsgs := append(chaos.KeyedMessages(100, 5, amqpTopic), chaos.KeyedMessages(100, 0, amqpTopic)...)
 	for _, m := range kafkaMsgs {
 		m.Metadata.Set(publisher.MetadataTransport, "kafka")
 		m.Metadata.Set("trace_id", watermill.NewShortUUID())
@@ -104,10 +105,10 @@ func testRabbitMQAndKafka(t *testing.T, e engine) {
 		m.Metadata.Set(publisher.MetadataTransport, "amqp")
 		m.Metadata.Set("unicode", "żółw ✓")
 	}
-	if _, err := writeAll(ctx, ob, db, kafkaTopic, kafkaMsgs, 2, perTx); err != nil {
+	if _, err := chaos.WriteAll(ctx, ob, db, kafkaTopic, kafkaMsgs, 2, perTx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := writeAll(ctx, ob, db, amqpTopic, amqpMsgs, 2, perTx); err != nil {
+	if _, err := chaos.WriteAll(ctx, ob, db, amqpTopic, amqpMsgs, 2, perTx); err != nil {
 		t.Fatal(err)
 	}
 	if !kafkaRec.WaitUnique(len(kafkaMsgs), 15*time.Second, 45*time.Second) {
@@ -116,8 +117,8 @@ func testRabbitMQAndKafka(t *testing.T, e engine) {
 	if !amqpRec.WaitUnique(len(amqpMsgs), 15*time.Second, 45*time.Second) {
 		t.Errorf("amqp: %v", amqpRec.Summary())
 	}
-	checkDelivered(t, kafkaRec, uuidsOf(kafkaMsgs))
-	checkDelivered(t, amqpRec, uuidsOf(amqpMsgs))
+	chaos.CheckDelivered(t, kafkaRec, chaos.UUIDsOf(kafkaMsgs))
+	chaos.CheckDelivered(t, amqpRec, chaos.UUIDsOf(amqpMsgs))
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -45,10 +45,9 @@ func binary(t *testing.T, name string) string {
 		} else {
 			gotool = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		// "./_examples/..." matches nothing (the go tool skips "_" directories even
-		// there), so every example directory is named.
-		root := filepath.Join("..", "..")
-		entries, err := os.ReadDir(filepath.Join(root, "_examples"))
+		// The examples are the other directories of this module (_examples).
+		root := ".."
+		entries, err := os.ReadDir(root)
 		if err != nil {
 			build.err = err
 			return
@@ -58,8 +57,8 @@ func binary(t *testing.T, name string) string {
 			args = append(args, "-race")
 		}
 		for _, e := range entries {
-			if e.IsDir() {
-				args = append(args, "./_examples/"+e.Name())
+			if e.IsDir() && e.Name() != "examplestest" {
+				args = append(args, "./"+e.Name())
 			}
 		}
 		cmd := exec.Command(gotool, args...)
@@ -67,7 +66,7 @@ func binary(t *testing.T, name string) string {
 		build.out, build.err = cmd.CombinedOutput()
 	})
 	if build.err != nil {
-		t.Fatalf("go build ./_examples/*: %v\n%s", build.err, build.out)
+		t.Fatalf("go build (the examples): %v\n%s", build.err, build.out)
 	}
 	return filepath.Join(build.dir, name)
 }

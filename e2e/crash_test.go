@@ -1,4 +1,4 @@
-package forwarder_test
+package e2e_test
 
 import (
 	"context"
@@ -12,8 +12,9 @@ import (
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/e2e/internal/brokers"
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/lanes"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
@@ -50,20 +51,20 @@ func TestHelperProcess(t *testing.T) {
 	if chaos.ChildRole() != "forwarder" {
 		t.Skip("helper process for TestE2E_CrashSIGKILL")
 	}
-	var e engine
-	for _, c := range engines {
-		if c.name == os.Getenv(envEngine) {
+	var e chaos.Engine
+	for _, c := range chaos.Engines {
+		if c.Name == os.Getenv(envEngine) {
 			e = c
 		}
 	}
-	db := e.openDSN(t, os.Getenv(envDSN))
+	db := e.OpenDSN(t, os.Getenv(envDSN))
 	laneCount, _ := strconv.Atoi(os.Getenv(envLanes))
-	store, err := e.newStore(db, outbox.Options{TablePrefix: os.Getenv(envPrefix), Lanes: laneCount})
+	store, err := e.NewStore(db, outbox.Options{TablePrefix: os.Getenv(envPrefix), Lanes: laneCount})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ttl, _ := time.ParseDuration(os.Getenv(envLease))
-	pub, err := chaos.NewKafkaPublisher(strings.Split(os.Getenv(envBrokers), ","), chaos.KeyFromMetadata(publisher.MetadataOrderingKey))
+	pub, err := brokers.NewKafkaPublisher(strings.Split(os.Getenv(envBrokers), ","), brokers.KeyFromMetadata(publisher.MetadataOrderingKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,40 +89,40 @@ func TestHelperProcess(t *testing.T) {
 // holds on the Kafka consumer (a message the dead forwarder sent but could not complete
 // is sent again: a duplicate, counted).
 func TestE2E_CrashSIGKILL(t *testing.T) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) {
+	for _, e := range chaos.Engines {
+		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			testCrash(t, e)
 		})
 	}
 }
 
-func testCrash(t *testing.T, e engine) {
+func testCrash(t *testing.T, e chaos.Engine) {
 	const lanesN, keys = 64, 100
 	total := 6000
-	if fullRun() {
+	if chaos.FullRun() {
 		total = 30000
 	}
-	db, dsn := e.open(t)
-	store := e.table(t, db, lanesN)
+	db, dsn := e.Open(t)
+	store := e.Table(t, db, lanesN)
 	topic := chaos.UniqueName("crash_")
-	brokers := chaos.StartKafka(t, topic)
+	addrs := brokers.StartKafka(t, topic)
 	rec := chaos.NewRecorder()
-	chaos.Consume(t, chaos.KafkaSubscriber(t, brokers), topic, rec.RecordMessage)
+	brokers.Consume(t, brokers.KafkaSubscriber(t, addrs), topic, rec.RecordMessage)
 
 	childOwner := "child-" + chaos.UniqueName("")
 	child := chaos.StartChild(t, "TestHelperProcess", "forwarder",
-		envEngine+"="+e.name, envDSN+"="+dsn, envPrefix+"="+store.Options().TablePrefix,
-		envLanes+"="+strconv.Itoa(lanesN), envBrokers+"="+strings.Join(brokers, ","),
+		envEngine+"="+e.Name, envDSN+"="+dsn, envPrefix+"="+store.Options().TablePrefix,
+		envLanes+"="+strconv.Itoa(lanesN), envBrokers+"="+strings.Join(addrs, ","),
 		envOwner+"="+childOwner, envLease+"="+crashLeaseTTL.String())
 
 	fwds := make([]*forwarder.Forwarder, 2)
 	for i := range fwds {
-		pub := chaos.KafkaPublisher(t, brokers, chaos.KeyFromMetadata(publisher.MetadataOrderingKey))
-		fwds[i] = newForwarder(t, store, forwarder.Targets{"": pub}, forwarder.Config{
+		pub := brokers.KafkaPublisher(t, addrs, brokers.KeyFromMetadata(publisher.MetadataOrderingKey))
+		fwds[i] = chaos.NewForwarder(t, store, forwarder.Targets{"": pub}, forwarder.Config{
 			Owner: fmt.Sprintf("parent-%d", i), LeaseTTL: crashLeaseTTL, ClaimTTL: crashClaimTTL(),
 		})
-		runForwarder(t, fwds[i])
+		chaos.RunForwarder(t, fwds[i])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -138,10 +139,10 @@ func testCrash(t *testing.T, e engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := keyedMessages(total, keys, topic)
+	msgs := chaos.KeyedMessages(total, keys, topic)
 	writeDone := make(chan error, 1)
 	go func() {
-		_, err := writeAll(ctx, ob, db, topic, msgs, 4, 50)
+		_, err := chaos.WriteAll(ctx, ob, db, topic, msgs, 4, 50)
 		writeDone <- err
 	}()
 
@@ -161,7 +162,7 @@ func testCrash(t *testing.T, e engine) {
 	}
 	ok := rec.WaitUnique(total, 20*time.Second+crashClaimTTL(), 2*time.Minute)
 	t.Logf("all delivered=%v %s after the kill", ok, time.Since(killedAt).Round(time.Millisecond))
-	checkDelivered(t, rec, uuidsOf(msgs))
+	chaos.CheckDelivered(t, rec, chaos.UUIDsOf(msgs))
 
 	// Takeover time: when did each key of the dead forwarder's lanes deliver again?
 	dead := map[int]bool{}
@@ -197,7 +198,7 @@ func testCrash(t *testing.T, e engine) {
 			t.Errorf("lane %d still leased to the dead child until %s", l.Lane, l.ExpiresAt)
 		}
 	}
-	e.waitEmpty(t, db, store.Options(), 10*time.Second)
+	e.WaitEmpty(t, db, store.Options(), 10*time.Second)
 }
 
 // leasesOf returns the lanes owner holds a live lease on.

@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strconv"
@@ -190,4 +192,12 @@ func (r *Recorder) WaitUnique(n int, idle, deadline time.Duration) bool {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// UniqueName returns prefix followed by 12 random hex characters (queue, topic and user
+// names private to one test).
+func UniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
