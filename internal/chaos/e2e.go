@@ -13,7 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	_ "github.com/go-sql-driver/mysql"  // the MariaDB engine's driver
+	_ "github.com/go-sql-driver/mysql" // the MariaDB engine's driver
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL engine's driver
 
 	outbox "github.com/relayer-go/watermill-outbox"
