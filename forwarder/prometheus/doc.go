@@ -22,4 +22,7 @@
 //
 // and, labelled by forwarder only, parked_rows (the table's parked rows, sampled) and
 // lanes_held.
+//
+// It is a module of its own, so that the library does not require the Prometheus
+// client: go get github.com/relayer-go/watermill-outbox/forwarder/prometheus.
 package prometheus
