@@ -53,7 +53,7 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() }) // after the tables' cleanup below, which uses it
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	opts := outbox.Options{TablePrefix: testenv.Prefix(t), Lanes: 64}
