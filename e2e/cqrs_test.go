@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -97,7 +98,7 @@ func newCQRS(t *testing.T, e *env, ob *publisher.Outbox) *cqrsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runRouter(t, router)
+	chaos.RunRouter(t, router)
 	return c
 }
 
@@ -123,7 +124,7 @@ func TestContextPublisherCQRS(t *testing.T) {
 		if err := c.commands.Send(ctx, &placeOrder{ID: 1}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "order 1 and its event committed", func() bool { return e.count(t, e.outbox) == 1 })
+		chaos.WaitFor(t, 30*time.Second, "order 1 and its event committed", func() bool { return e.count(t, e.outbox) == 1 })
 		if n := e.count(t, e.orders); n != 1 {
 			t.Fatalf("%d orders after command 1; want 1", n)
 		}
@@ -132,7 +133,7 @@ func TestContextPublisherCQRS(t *testing.T) {
 		if err := c.commands.Send(ctx, &placeOrder{ID: 2, Fail: true}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "order 2 committed on its second attempt", func() bool { return e.count(t, e.outbox) == 2 })
+		chaos.WaitFor(t, 30*time.Second, "order 2 committed on its second attempt", func() bool { return e.count(t, e.outbox) == 2 })
 		if a := c.attempts(2); a != 2 {
 			t.Fatalf("command 2 handled %d times; want 2", a)
 		}

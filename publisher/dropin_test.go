@@ -13,44 +13,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/relayer-go/watermill-outbox/forwarder"
+	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
-
-// runRouter runs router until the test ends (bounded) and waits until it runs.
-func runRouter(t *testing.T, router *message.Router) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- router.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("router: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("router did not stop within 30 s")
-		}
-	})
-	select {
-	case <-router.Running():
-	case <-time.After(30 * time.Second):
-		t.Fatal("router not running after 30 s")
-	}
-}
-
-// waitFor polls cond every 10 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestMiddlewareRouterWideLeavesForwarderAlone: the middleware installed router-wide on
 // the router that also runs the forwarder. The forwarder forwards 1,000 messages and the
@@ -93,8 +58,8 @@ func TestMiddlewareRouterWideLeavesForwarderAlone(t *testing.T) {
 			consumed.Add(1)
 			return nil
 		})
-		runRouter(t, router)
-		waitFor(t, 60*time.Second, "1,000 messages forwarded and consumed", func() bool { return consumed.Load() == n })
+		chaos.RunRouter(t, router)
+		chaos.WaitFor(t, 60*time.Second, "1,000 messages forwarded and consumed", func() bool { return consumed.Load() == n })
 
 		after := ob.Stats()
 		opened := after.Begun - before.Begun

@@ -296,3 +296,40 @@ func CheckDelivered(t testing.TB, rec *Recorder, want []string) Summary {
 	}
 	return s
 }
+
+// RunRouter runs router until the test ends (its cleanup waits at most 30 s for the
+// router to stop) and returns once the router runs.
+func RunRouter(t testing.TB, router *message.Router) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- router.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("router: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("router did not stop within 30 s")
+		}
+	})
+	select {
+	case <-router.Running():
+	case <-time.After(30 * time.Second):
+		t.Fatal("router not running after 30 s")
+	}
+}
+
+// WaitFor polls cond every 10 ms until it holds, and fails the test when d passes first.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
