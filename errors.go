@@ -34,6 +34,11 @@ var (
 	// (zero id, lane out of range, ...); nothing of the batch is written.
 	ErrInvalidRecord = errors.New("outbox: invalid record")
 
+	// ErrWakeUnavailable is wrapped by the error of a WakeSource that cannot deliver
+	// wake-ups at all (LISTEN refused or never delivering, as through a transaction-mode
+	// pooler; a wake-up subscription that fails): the forwarder then polls.
+	ErrWakeUnavailable = errors.New("outbox: wake-ups unavailable")
+
 	// ErrUnhealthy is wrapped by a forwarder's health check error when the oldest
 	// eligible row has waited longer than the threshold.
 	ErrUnhealthy = errors.New("outbox: unhealthy")

@@ -1,0 +1,131 @@
+package wake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// SendFunc sends one payload (Set.AppendPayload); ctx carries the send timeout.
+type SendFunc func(ctx context.Context, payload []byte) error
+
+// Coalescer merges the commits given to Add and sends them with at most one send per
+// interval: the first commit after a quiet interval is sent at once, the commits that
+// arrive while a send runs or during the interval after it are merged into the next
+// one. Add never blocks; a failed send is logged and dropped (the forwarder's poll
+// finds its rows).
+type Coalescer struct {
+	send     SendFunc
+	interval time.Duration
+	timeout  time.Duration
+	logger   watermill.LoggerAdapter
+
+	mu      sync.Mutex
+	pending Set
+	closed  bool
+
+	signal  chan struct{} // capacity 1: something is pending
+	stop    chan struct{}
+	done    chan struct{}
+	payload []byte // the run loop's buffer
+	failing bool   // the last send failed (log the next failure only after a success)
+}
+
+// NewCoalescer starts a coalescer; Close stops it.
+func NewCoalescer(send SendFunc, interval, timeout time.Duration, logger watermill.LoggerAdapter) *Coalescer {
+	c := &Coalescer{
+		send: send, interval: interval, timeout: timeout, logger: logger,
+		signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+// Add merges commit into the next send.
+func (c *Coalescer) Add(commit outbox.Commit) {
+	if len(commit.Lanes) == 0 && commit.Unordered == 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.pending.Add(commit)
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Close sends what is pending and stops, waiting at most the send timeout (plus the
+// interval) for a send in progress. It is idempotent.
+func (c *Coalescer) Close() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.stop)
+	}
+	c.mu.Unlock()
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(c.timeout + c.interval + time.Second):
+		return errors.New("wake: a wake-up send did not return in time")
+	}
+}
+
+func (c *Coalescer) run() {
+	defer close(c.done)
+	hold := time.NewTimer(0)
+	defer hold.Stop()
+	<-hold.C
+	for {
+		select {
+		case <-c.signal:
+		case <-c.stop:
+			c.flush()
+			return
+		}
+		c.flush()
+		// Hold the next send for the interval: commits meanwhile merge into it.
+		hold.Reset(c.interval)
+		select {
+		case <-hold.C:
+		case <-c.stop:
+			c.flush()
+			return
+		}
+	}
+}
+
+// flush sends the pending set, if any.
+func (c *Coalescer) flush() {
+	c.mu.Lock()
+	if c.pending.Empty() {
+		c.mu.Unlock()
+		return
+	}
+	c.payload = c.pending.AppendPayload(c.payload[:0])
+	c.pending.Reset()
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	err := c.send(ctx, c.payload)
+	cancel()
+	switch {
+	case err != nil && !c.failing:
+		c.failing = true
+		c.logger.Error("Sending a wake-up failed; forwarders find the rows at their next poll (further failures are not logged until one succeeds)",
+			fmt.Errorf("wake: %w", err), nil)
+	case err == nil && c.failing:
+		c.failing = false
+		c.logger.Info("Sending wake-ups works again", nil)
+	}
+}
