@@ -160,14 +160,23 @@ func TestNotifierCoalesces(t *testing.T) {
 func TestInvalidArguments(t *testing.T) {
 	pub := &countingPub{}
 	for name, err := range map[string]error{
-		"nil publisher": func() error { _, err := wakeup.NewNotifier(nil, "t", outbox.Options{}, wakeup.Config{}, nil); return err }(),
-		"empty topic":   func() error { _, err := wakeup.NewNotifier(pub, "", outbox.Options{}, wakeup.Config{}, nil); return err }(),
+		"nil publisher": func() error {
+			_, err := wakeup.NewNotifier(nil, "t", outbox.Options{}, wakeup.Config{}, nil)
+			return err
+		}(),
+		"empty topic": func() error {
+			_, err := wakeup.NewNotifier(pub, "", outbox.Options{}, wakeup.Config{}, nil)
+			return err
+		}(),
 		"bad interval": func() error {
 			_, err := wakeup.NewNotifier(pub, "t", outbox.Options{}, wakeup.Config{Interval: -1}, nil)
 			return err
 		}(),
 		"nil subscriber": func() error { _, err := wakeup.NewSource(nil, "t", outbox.Options{}, nil); return err }(),
-		"bad lanes":      func() error { _, err := wakeup.NewSource(failingSub{}, "t", outbox.Options{Lanes: -1}, nil); return err }(),
+		"bad lanes": func() error {
+			_, err := wakeup.NewSource(failingSub{}, "t", outbox.Options{Lanes: -1}, nil)
+			return err
+		}(),
 	} {
 		if !errors.Is(err, outbox.ErrInvalidOptions) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", name, err)
