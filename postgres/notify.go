@@ -18,6 +18,7 @@ import (
 // Defaults of NotifierConfig and ListenerConfig.
 const (
 	NotifyIntervalDefault    = 5 * time.Millisecond
+	NotifyMaxIntervalDefault = 50 * time.Millisecond
 	NotifyTimeoutDefault     = 5 * time.Second
 	ProbeTimeoutDefault      = 2 * time.Second
 	PingIntervalDefault      = 30 * time.Second
@@ -56,6 +57,11 @@ type NotifierConfig struct {
 	// quiet Interval is notified at once, later ones are merged into one notification
 	// per Interval. Defaults to NotifyIntervalDefault.
 	Interval time.Duration
+	// MaxInterval bounds the time between notifications during a burst: while commits
+	// keep coming the spacing doubles from Interval up to MaxInterval (the forwarders
+	// are busy anyway), and drops back to Interval after a quiet spell. Defaults to
+	// NotifyMaxIntervalDefault.
+	MaxInterval time.Duration
 	// Timeout bounds one pg_notify statement. Defaults to NotifyTimeoutDefault.
 	Timeout time.Duration
 }
@@ -63,6 +69,9 @@ type NotifierConfig struct {
 func (c *NotifierConfig) setDefaults() {
 	if c.Interval == 0 {
 		c.Interval = NotifyIntervalDefault
+	}
+	if c.MaxInterval == 0 {
+		c.MaxInterval = max(NotifyMaxIntervalDefault, c.Interval)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = NotifyTimeoutDefault
@@ -75,6 +84,9 @@ func (c NotifierConfig) Validate() error {
 	if c.Interval < 0 {
 		errs = append(errs, outbox.InvalidOption("postgres.NotifierConfig.Interval", "must not be negative, got %s", c.Interval))
 	}
+	if c.MaxInterval < c.Interval {
+		errs = append(errs, outbox.InvalidOption("postgres.NotifierConfig.MaxInterval", "must not be below Interval (%s), got %s", c.Interval, c.MaxInterval))
+	}
 	if c.Timeout <= 0 {
 		errs = append(errs, outbox.InvalidOption("postgres.NotifierConfig.Timeout", "must be positive, got %s", c.Timeout))
 	}
@@ -85,9 +97,10 @@ func (c NotifierConfig) Validate() error {
 // publisher, next to the in-process forwarder: publisher.Config.Notifiers) that raises
 // a notification on the table's Channel after each commit, carrying the committed lanes
 // ("u" for unordered rows). Commits are coalesced: at most one pg_notify statement per
-// Interval, run in autocommit on the pool after the application's commit returned, so
-// it adds no statement to the committing transaction and does not take PostgreSQL's
-// global NOTIFY commit lock inside it. A notification that fails or is lost (the process
+// Interval (up to MaxInterval apart during a burst), run in autocommit on the pool
+// after the application's commit returned, so it adds no statement to the committing
+// transaction and does not take PostgreSQL's global NOTIFY commit lock inside it (that
+// lock serialises the commits of notifying transactions, fsync included). A notification that fails or is lost (the process
 // dies right after the commit) only delays the rows until the forwarder's next poll.
 type Notifier struct {
 	db      *sql.DB
@@ -118,7 +131,7 @@ func NewNotifier(db *sql.DB, opts outbox.Options, config NotifierConfig, logger 
 	}
 	n := &Notifier{db: db, opts: opts, channel: Channel(opts)}
 	logger = logger.With(watermill.LogFields{"outbox_table": opts.OutboxTable(), "channel": n.channel})
-	n.c = wake.NewCoalescer(n.send, config.Interval, config.Timeout, logger)
+	n.c = wake.NewCoalescer(n.send, config.Interval, config.MaxInterval, config.Timeout, logger)
 	return n, nil
 }
 
@@ -132,7 +145,13 @@ func (n *Notifier) Notify(c outbox.Commit) { n.c.Add(c) }
 // Close sends the pending notification and stops. It is idempotent.
 func (n *Notifier) Close() error { return n.c.Close() }
 
+// notifyStatement raises the notification in a transaction of its own that does not
+// wait for its commit record to reach the disk: a notification is delivered at commit,
+// and losing one in a crash costs a poll, so waiting for the flush would only delay it
+// (and queue behind the writers' flushes).
+const notifyStatement = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)"
+
 func (n *Notifier) send(ctx context.Context, payload []byte) error {
-	_, err := n.db.ExecContext(ctx, "SELECT pg_notify($1, $2)", n.channel, string(payload))
+	_, err := n.db.ExecContext(ctx, notifyStatement, n.channel, string(payload))
 	return wrap("notify", err)
 }

@@ -4,7 +4,8 @@
 //
 // The writer links a Notifier to its publisher (publisher.Config.Notifiers): after each
 // commit it merges the committed lanes into the next wake-up, and publishes at most one
-// small message per Interval (the first commit after a quiet Interval at once). The
+// small message per Interval (the first commit after a quiet Interval at once; during a
+// burst the spacing grows up to MaxInterval). The
 // forwarder sets a Source as its Config.Wake: it subscribes to the topic and wakes the
 // workers of the notified lanes and the unordered claimers at once.
 //
@@ -44,7 +45,8 @@ const MetadataTable = "outbox_table"
 
 // Defaults of Config.
 const (
-	IntervalDefault = 5 * time.Millisecond
+	IntervalDefault    = 5 * time.Millisecond
+	MaxIntervalDefault = 50 * time.Millisecond
 	TimeoutDefault  = 5 * time.Second
 )
 
@@ -54,6 +56,11 @@ type Config struct {
 	// Interval is published at once, the later ones are merged into one wake-up per
 	// Interval. Defaults to IntervalDefault.
 	Interval time.Duration
+	// MaxInterval bounds the time between wake-ups during a burst: while commits keep
+	// coming the spacing doubles from Interval up to MaxInterval (the forwarders are busy
+	// anyway), and drops back to Interval after a quiet spell. Defaults to
+	// MaxIntervalDefault.
+	MaxInterval time.Duration
 	// Timeout is the deadline of the context of a wake-up message (publishers that honour
 	// it give up then), and how long Close waits for a Publish in progress. Defaults to
 	// TimeoutDefault.
@@ -63,6 +70,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Interval == 0 {
 		c.Interval = IntervalDefault
+	}
+	if c.MaxInterval == 0 {
+		c.MaxInterval = max(MaxIntervalDefault, c.Interval)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = TimeoutDefault
@@ -74,6 +84,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Interval < 0 {
 		errs = append(errs, outbox.InvalidOption("wakeup.Config.Interval", "must not be negative, got %s", c.Interval))
+	}
+	if c.MaxInterval < c.Interval {
+		errs = append(errs, outbox.InvalidOption("wakeup.Config.MaxInterval", "must not be below Interval (%s), got %s", c.Interval, c.MaxInterval))
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, outbox.InvalidOption("wakeup.Config.Timeout", "must be positive, got %s", c.Timeout))
@@ -130,7 +143,7 @@ func NewNotifier(pub message.Publisher, topic string, opts outbox.Options, confi
 	}
 	n := &Notifier{pub: pub, topic: topic, opts: opts, table: tableName(opts), timeout: config.Timeout}
 	logger = logger.With(watermill.LogFields{"outbox_table": n.table, "topic": topic})
-	n.c = wake.NewCoalescer(n.send, config.Interval, config.Timeout, logger)
+	n.c = wake.NewCoalescer(n.send, config.Interval, config.MaxInterval, config.Timeout, logger)
 	return n, nil
 }
 

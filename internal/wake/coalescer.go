@@ -16,15 +16,19 @@ import (
 type SendFunc func(ctx context.Context, payload []byte) error
 
 // Coalescer merges the commits given to Add and sends them with at most one send per
-// interval: the first commit after a quiet interval is sent at once, the commits that
-// arrive while a send runs or during the interval after it are merged into the next
-// one. Add never blocks; a failed send is logged and dropped (the forwarder's poll
-// finds its rows).
+// hold time: the first commit after a quiet spell is sent at once, the commits that
+// arrive while a send runs or during the hold after it are merged into the next one.
+// The hold starts at the interval and doubles, up to maxInterval, while every hold ends
+// with commits pending (a burst: the forwarders are busy anyway, and each send costs the
+// writers' database or broker a little); a hold that ends with nothing pending resets
+// it. Add never blocks; a failed send is logged and dropped (the forwarder's poll finds
+// its rows).
 type Coalescer struct {
-	send     SendFunc
-	interval time.Duration
-	timeout  time.Duration
-	logger   watermill.LoggerAdapter
+	send        SendFunc
+	interval    time.Duration
+	maxInterval time.Duration
+	timeout     time.Duration
+	logger      watermill.LoggerAdapter
 
 	mu      sync.Mutex
 	pending Set
@@ -37,10 +41,11 @@ type Coalescer struct {
 	failing bool   // the last send failed (log the next failure only after a success)
 }
 
-// NewCoalescer starts a coalescer; Close stops it.
-func NewCoalescer(send SendFunc, interval, timeout time.Duration, logger watermill.LoggerAdapter) *Coalescer {
+// NewCoalescer starts a coalescer; Close stops it. maxInterval below interval is
+// interval.
+func NewCoalescer(send SendFunc, interval, maxInterval, timeout time.Duration, logger watermill.LoggerAdapter) *Coalescer {
 	c := &Coalescer{
-		send: send, interval: interval, timeout: timeout, logger: logger,
+		send: send, interval: interval, maxInterval: max(interval, maxInterval), timeout: timeout, logger: logger,
 		signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go c.run()
@@ -65,8 +70,8 @@ func (c *Coalescer) Add(commit outbox.Commit) {
 	}
 }
 
-// Close sends what is pending and stops, waiting at most the send timeout (plus the
-// interval) for a send in progress. It is idempotent.
+// Close sends what is pending and stops, waiting at most the send timeout for a send
+// in progress. It is idempotent.
 func (c *Coalescer) Close() error {
 	c.mu.Lock()
 	if !c.closed {
@@ -77,16 +82,16 @@ func (c *Coalescer) Close() error {
 	select {
 	case <-c.done:
 		return nil
-	case <-time.After(c.timeout + c.interval + time.Second):
+	case <-time.After(2*c.timeout + time.Second):
 		return errors.New("wake: a wake-up send did not return in time")
 	}
 }
 
 func (c *Coalescer) run() {
 	defer close(c.done)
-	hold := time.NewTimer(0)
-	defer hold.Stop()
-	<-hold.C
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
 	for {
 		select {
 		case <-c.signal:
@@ -94,24 +99,26 @@ func (c *Coalescer) run() {
 			c.flush()
 			return
 		}
-		c.flush()
-		// Hold the next send for the interval: commits meanwhile merge into it.
-		hold.Reset(c.interval)
-		select {
-		case <-hold.C:
-		case <-c.stop:
-			c.flush()
-			return
+		// A stale signal (its commits went out with an earlier send) sends nothing.
+		for hold := c.interval; c.flush(); hold = min(2*hold, c.maxInterval) {
+			// Hold the next send: commits meanwhile merge into it.
+			timer.Reset(hold)
+			select {
+			case <-timer.C:
+			case <-c.stop:
+				c.flush()
+				return
+			}
 		}
 	}
 }
 
-// flush sends the pending set, if any.
-func (c *Coalescer) flush() {
+// flush sends the pending set; false when nothing was pending.
+func (c *Coalescer) flush() bool {
 	c.mu.Lock()
 	if c.pending.Empty() {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.payload = c.pending.AppendPayload(c.payload[:0])
 	c.pending.Reset()
@@ -128,4 +135,5 @@ func (c *Coalescer) flush() {
 		c.failing = false
 		c.logger.Info("Sending wake-ups works again", nil)
 	}
+	return true
 }

@@ -100,7 +100,7 @@ func (s *sends) list() []string {
 // few sends, never more than one per interval; Close sends what is pending.
 func TestCoalescer(t *testing.T) {
 	var s sends
-	c := NewCoalescer(s.send, 50*time.Millisecond, time.Second, watermill.NopLogger{})
+	c := NewCoalescer(s.send, 50*time.Millisecond, 50*time.Millisecond, time.Second, watermill.NopLogger{})
 	t0 := time.Now()
 	c.Add(outbox.Commit{Lanes: []int{1}})
 	for len(s.list()) == 0 {
@@ -168,7 +168,7 @@ func TestCoalescerLogsFailureOnce(t *testing.T) {
 		}
 		return nil
 	}
-	c := NewCoalescer(send, time.Millisecond, time.Second, log)
+	c := NewCoalescer(send, time.Millisecond, time.Millisecond, time.Second, log)
 	for range 5 {
 		c.Add(outbox.Commit{Unordered: 1})
 		time.Sleep(5 * time.Millisecond)
@@ -180,5 +180,35 @@ func TestCoalescerLogsFailureOnce(t *testing.T) {
 	defer log.mu.Unlock()
 	if len(log.errors) != 1 || !strings.Contains(log.errors[0], "wake-up failed") {
 		t.Fatalf("errors logged: %q, want one", log.errors)
+	}
+}
+
+// During a burst the spacing doubles up to the maximum; after a quiet spell the next
+// commit is sent at once again.
+func TestCoalescerBackOffDuringBurst(t *testing.T) {
+	var s sends
+	c := NewCoalescer(s.send, 5*time.Millisecond, 40*time.Millisecond, time.Second, watermill.NopLogger{})
+	defer c.Close()
+	start := time.Now()
+	for time.Since(start) < 400*time.Millisecond {
+		c.Add(outbox.Commit{Unordered: 1})
+		time.Sleep(200 * time.Microsecond)
+	}
+	burst := len(s.list())
+	// 0, 5, 15, 35, 75, then every 40 ms: about 13 in 400 ms; a fixed 5 ms would be 80.
+	if burst < 6 || burst > 20 {
+		t.Errorf("%d sends during a 400 ms burst, want about 13", burst)
+	}
+	time.Sleep(100 * time.Millisecond) // quiet: the hold resets
+	t0 := time.Now()
+	c.Add(outbox.Commit{Lanes: []int{3}})
+	for len(s.list()) <= burst+1 && time.Since(t0) < time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	s.mu.Lock()
+	last := s.at[len(s.at)-1]
+	s.mu.Unlock()
+	if d := last.Sub(t0); d > 4*time.Millisecond+10*time.Millisecond {
+		t.Errorf("first commit after a quiet spell sent after %s, want at once", d)
 	}
 }
