@@ -10,8 +10,9 @@ type Commit struct {
 	Unordered int
 }
 
-// Notifier receives commit notifications from publishers in the same process so that
-// a forwarder dispatches at once instead of at its next poll. Notify must not block and
+// Notifier receives commit notifications from publishers so that a forwarder dispatches
+// at once instead of at its next poll: the forwarder itself in the same process, or a
+// notifier that carries them to forwarders in other processes (see WakeSource). Notify must not block and
 // must not fail the committed transaction: a notification it drops only delays delivery
 // until the next poll.
 type Notifier interface {

@@ -199,8 +199,9 @@ func withParam(t *testing.T, dsn, key, value string) string {
 // TestWake_PostgresListen: with LISTEN/NOTIFY (a postgres.Notifier on the writer, a
 // postgres.Listener as the forwarder's Wake) unordered and ordered rows committed by a
 // publisher that is not linked to the forwarder are sent within milliseconds although
-// the forwarder polls every 10 s. After the listening connection is killed
-// (pg_terminate_backend) the listener reconnects and wake-ups work again.
+// the forwarder polls every 10 s, across the listener's pings of its silent connection
+// (every 100 ms here). After the listening connection is killed (pg_terminate_backend)
+// the listener reconnects and wake-ups work again.
 func TestWake_PostgresListen(t *testing.T) {
 	t.Parallel()
 	db, dsn := postgreSQL.open(t)
@@ -208,7 +209,7 @@ func TestWake_PostgresListen(t *testing.T) {
 	app := chaos.UniqueName("outbox_listen_")
 	logger := newLogSpy()
 	l, err := postgres.NewListener(withParam(t, dsn, "application_name", app), store.Options(),
-		postgres.ListenerConfig{ReconnectMin: 20 * time.Millisecond}, logger)
+		postgres.ListenerConfig{ReconnectMin: 20 * time.Millisecond, PingInterval: 100 * time.Millisecond}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
