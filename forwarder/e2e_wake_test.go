@@ -244,14 +244,28 @@ func TestWake_PostgresListen(t *testing.T) {
 
 // TestWake_PostgresListenFallback: where notifications never reach the listening
 // connection (a proxy that drops them, as a transaction-mode pooler does), the listener
-// finds out with its probe, says so in the log, and the forwarder goes on polling.
+// finds out with its probe, and where LISTEN is refused (a proxy that answers it with
+// an error) it finds out at once; either way it says so in the log and the forwarder
+// goes on polling.
 func TestWake_PostgresListenFallback(t *testing.T) {
-	t.Parallel()
+	t.Run("notifications never arrive", func(t *testing.T) {
+		t.Parallel()
+		testListenFallback(t, false, 300*time.Millisecond)
+	})
+	t.Run("LISTEN refused", func(t *testing.T) {
+		t.Parallel()
+		// A probe timeout far above the test's deadline: only the refusal explains a
+		// fallback in time.
+		testListenFallback(t, true, time.Minute)
+	})
+}
+
+func testListenFallback(t *testing.T, rejectListen bool, probeTimeout time.Duration) {
 	db, dsn := postgreSQL.open(t)
 	store := postgreSQL.table(t, db, 4)
-	proxied := notificationDroppingProxy(t, withParam(t, dsn, "sslmode", "disable"))
+	proxied := pgProxy(t, withParam(t, dsn, "sslmode", "disable"), rejectListen)
 	logger := newLogSpy()
-	l, err := postgres.NewListener(proxied, store.Options(), postgres.ListenerConfig{ProbeTimeout: 300 * time.Millisecond}, logger)
+	l, err := postgres.NewListener(proxied, store.Options(), postgres.ListenerConfig{ProbeTimeout: probeTimeout}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +282,14 @@ func TestWake_PostgresListenFallback(t *testing.T) {
 		logger.dump(t)
 		t.Fatal("no logged error wraps outbox.ErrWakeUnavailable")
 	}
+	reason := "received no probe notification"
+	if rejectListen {
+		reason = "LISTEN refused"
+	}
+	if !slices.ContainsFunc(logger.snapshot(), func(e logEntry) bool { return e.err != nil && strings.Contains(e.err.Error(), reason) }) {
+		logger.dump(t)
+		t.Fatalf("no logged error says %q", reason)
+	}
 	ob, err := publisher.New(store, publisher.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -283,10 +305,12 @@ func TestWake_PostgresListenFallback(t *testing.T) {
 	}
 }
 
-// notificationDroppingProxy forwards TCP connections to the server of dsn (sslmode
-// disable) and drops every NotificationResponse the server sends, and returns dsn
-// pointed at the proxy.
-func notificationDroppingProxy(t *testing.T, dsn string) string {
+// pgProxy forwards TCP connections to the server of dsn (sslmode disable) and returns
+// dsn pointed at the proxy. It drops every NotificationResponse the server sends (as a
+// transaction-mode pooler, whose server connection is someone else's by the time a
+// notification comes); with rejectListen it also turns every simple query that starts
+// with LISTEN into one that fails (SELECT 1/0), as a server that refuses LISTEN.
+func pgProxy(t *testing.T, dsn string, rejectListen bool) string {
 	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -320,8 +344,8 @@ func notificationDroppingProxy(t *testing.T, dsn string) string {
 			}
 			track(client)
 			track(server)
-			go func() { _, _ = io.Copy(server, client); server.Close() }()
-			go func() { dropNotifications(client, server); client.Close() }()
+			go func() { copyClient(server, client, rejectListen); server.Close() }()
+			go func() { copyServer(client, server); client.Close() }()
 		}
 	}()
 	t.Cleanup(func() {
@@ -336,26 +360,67 @@ func notificationDroppingProxy(t *testing.T, dsn string) string {
 	return u.String()
 }
 
-// dropNotifications copies the server's messages (type byte, int32 length) to dst,
-// except NotificationResponse ('A').
-func dropNotifications(dst io.Writer, src io.Reader) {
-	var hdr [5]byte
+// readMsg reads one protocol message: a type byte (none for the client's startup
+// message) and an int32 length that counts itself.
+func readMsg(src io.Reader, typed bool) (typ byte, body []byte, err error) {
+	if typed {
+		var b [1]byte
+		if _, err := io.ReadFull(src, b[:]); err != nil {
+			return 0, nil, err
+		}
+		typ = b[0]
+	}
+	var l [4]byte
+	if _, err := io.ReadFull(src, l[:]); err != nil {
+		return 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(l[:])) - 4
+	if n < 0 || n > 1<<24 {
+		return 0, nil, errors.New("bad message length")
+	}
+	body = make([]byte, n)
+	_, err = io.ReadFull(src, body)
+	return typ, body, err
+}
+
+func writeMsg(dst io.Writer, typ byte, typed bool, body []byte) error {
+	var out []byte
+	if typed {
+		out = append(out, typ)
+	}
+	out = binary.BigEndian.AppendUint32(out, uint32(len(body)+4))
+	_, err := dst.Write(append(out, body...))
+	return err
+}
+
+// copyServer copies the server's messages to dst, except NotificationResponse ('A').
+func copyServer(dst io.Writer, src io.Reader) {
 	for {
-		if _, err := io.ReadFull(src, hdr[:]); err != nil {
+		typ, body, err := readMsg(src, true)
+		if err != nil {
 			return
 		}
-		n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
-		if n < 0 {
-			return
-		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(src, body); err != nil {
-			return
-		}
-		if hdr[0] == 'A' {
+		if typ == 'A' {
 			continue
 		}
-		if _, err := dst.Write(append(hdr[:], body...)); err != nil {
+		if writeMsg(dst, typ, true, body) != nil {
+			return
+		}
+	}
+}
+
+// copyClient copies the client's messages to dst (the first one is the untyped startup
+// message), failing LISTEN queries when rejectListen is set.
+func copyClient(dst io.Writer, src io.Reader, rejectListen bool) {
+	for typed := false; ; typed = true {
+		typ, body, err := readMsg(src, typed)
+		if err != nil {
+			return
+		}
+		if rejectListen && typ == 'Q' && strings.HasPrefix(strings.ToUpper(string(body)), "LISTEN") {
+			body = []byte("SELECT 1/0\x00")
+		}
+		if writeMsg(dst, typ, typed, body) != nil {
 			return
 		}
 	}
