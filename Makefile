@@ -8,6 +8,9 @@
 #   OUTBOX_TEST_MYSQL_DSN= make test        # MySQL tests skip
 #
 # OUTBOX_TEST_REQUIRE=mysql,postgres,amqp turns those skips into failures (CI does that).
+# The wake-up tests over NATS and Redis Streams (wakeup/brokertest, a module of its own)
+# run when OUTBOX_TEST_NATS_URL / OUTBOX_TEST_REDIS_ADDR are set, e.g.
+#   OUTBOX_TEST_NATS_URL=nats://127.0.0.1:4222 OUTBOX_TEST_REDIS_ADDR=127.0.0.1:6379 make test
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -40,6 +43,7 @@ SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
 ## test: go vet, build the examples, then go test -race ./... against the local services
 test: services vet examples
 	$(GO) test -race $(GOTESTFLAGS) ./...
+	cd wakeup/brokertest && $(GO) test -race $(GOTESTFLAGS) ./...
 	cd benchmarks && $(GO) test $(GOTESTFLAGS) ./...
 
 ## test-short: go test -short ./... (no race detector): the quick loop while editing
