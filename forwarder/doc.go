@@ -99,7 +99,7 @@
 //     connection (outside the pool) that reconnects with backoff after a drop and wakes
 //     every lane once after reconnecting. Where LISTEN cannot work (it is refused, or a
 //     transaction-mode pooler such as PgBouncer never delivers: found by a probe
-//     notification at each connect) the listener logs why and the forwarder polls.
+//     notification at each connect) the forwarder logs why, once, and polls.
 //     Point the listener at the server or a session-mode pooler.
 //   - Any dialect (MariaDB/MySQL, PostgreSQL, SQL Server): wake-up messages over a
 //     Watermill Pub/Sub the application already runs (RabbitMQ, NATS, Redis Streams,

@@ -38,9 +38,9 @@
 // the notified lanes and the unordered claimers at once. It reconnects with backoff
 // after a drop (waking every lane once when it is back), pings a connection that stays
 // silent for PingInterval, and where LISTEN cannot work (refused, or a transaction-mode
-// pooler such as PgBouncer that never delivers) logs why and returns an error wrapping
-// outbox.ErrWakeUnavailable: the forwarder then polls, as it does anyway as the safety
-// net.
+// pooler such as PgBouncer that never delivers) returns an error wrapping
+// outbox.ErrWakeUnavailable that says why: the forwarder logs it and polls, as it does
+// anyway as the safety net.
 //
 // The DDL creates three tables (the rows, lane leases, forwarder heartbeats) and partial
 // indexes for the two hot reads: the head of one lane (pending rows by lane and id) and

@@ -73,8 +73,9 @@ func (c ListenerConfig) Validate() error {
 // with backoff; after a reconnection every lane is woken once, for the commits missed
 // meanwhile. When LISTEN is refused, or the probe never arrives (a transaction-mode
 // pooler such as PgBouncer hands the LISTEN to a server connection that is not ours a
-// moment later), Listen logs why and returns an error wrapping outbox.ErrWakeUnavailable:
-// the forwarder then finds other processes' commits by polling, as without a Listener.
+// moment later), Listen returns an error wrapping outbox.ErrWakeUnavailable that says
+// why; the forwarder logs it and finds other processes' commits by polling, as without
+// a Listener.
 type Listener struct {
 	conn    *pgx.ConnConfig
 	opts    outbox.Options
@@ -126,14 +127,13 @@ func (l *Listener) Listen(ctx context.Context, n outbox.Notifier) error {
 			return nil
 		}
 		if errors.Is(err, outbox.ErrWakeUnavailable) {
-			l.logger.Error("LISTEN/NOTIFY does not work here: the forwarder finds other processes' commits by polling", err, nil)
-			return err
+			return err // the forwarder logs it once, and polls
 		}
 		if listened {
 			backoff, reconnect = l.cfg.ReconnectMin, true
 		}
 		if !lost || listened {
-			l.logger.Error("Listening connection lost; reconnecting (the forwarder polls meanwhile)", err, nil)
+			l.logger.Error("Listening connection failed; reconnecting with backoff (the forwarder polls meanwhile)", err, nil)
 			lost = true
 		}
 		if !sleepCtx(ctx, backoff) {
