@@ -200,8 +200,9 @@ func withParam(t *testing.T, dsn, key, value string) string {
 // postgres.Listener as the forwarder's Wake) unordered and ordered rows committed by a
 // publisher that is not linked to the forwarder are sent within milliseconds although
 // the forwarder polls every 10 s, across the listener's pings of its silent connection
-// (every 100 ms here). After the listening connection is killed (pg_terminate_backend)
-// the listener reconnects and wake-ups work again.
+// (every 100 ms here), with one connection held by the listener. After the listening
+// connection is killed (pg_terminate_backend) the listener reconnects and wake-ups work
+// again.
 func TestWake_PostgresListen(t *testing.T) {
 	t.Parallel()
 	db, dsn := postgreSQL.open(t)
@@ -227,6 +228,24 @@ func TestWake_PostgresListen(t *testing.T) {
 	}
 	waitLog(t, logger, watermill.InfoLogLevel, listeningLog, 1, 10*time.Second)
 	time.Sleep(300 * time.Millisecond) // lane leases taken, first polls done
+	// Idle, the listener holds one connection (the probe's is gone).
+	var conns int
+	waitFor := time.Now().Add(5 * time.Second)
+	for {
+		qctx, qcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := db.QueryRowContext(qctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&conns)
+		qcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if conns == 1 || time.Now().After(waitFor) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if conns != 1 {
+		t.Fatalf("the listener holds %d connections, want 1", conns)
+	}
 	expectFast(t, ob, db, rec, 20)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
