@@ -18,10 +18,11 @@ type SendFunc func(ctx context.Context, payload []byte) error
 // Coalescer merges the commits given to Add and sends them with at most one send per
 // hold time: the first commit after a quiet spell is sent at once, the commits that
 // arrive while a send runs or during the hold after it are merged into the next one.
-// The hold starts at the interval and doubles, up to maxInterval, while every hold ends
-// with commits pending (a burst: the forwarders are busy anyway, and each send costs the
-// writers' database or broker a little); a hold that ends with nothing pending resets
-// it. Add never blocks; a failed send is logged and dropped (the forwarder's poll finds
+// With maxInterval above interval the hold starts at the interval and doubles, up to
+// maxInterval, while every hold ends with commits pending; a hold that ends with nothing
+// pending resets it. (That saves sends during a burst but delays every commit that
+// comes within the hold after a send: at a steady rate above one per interval the
+// hold reaches maxInterval.) Add never blocks; a failed send is logged and dropped (the forwarder's poll finds
 // its rows).
 type Coalescer struct {
 	send        SendFunc
