@@ -24,8 +24,8 @@
 // A [Notifier] (the writer's side, linked with publisher.Config.Notifiers) raises a
 // notification on the table's [Channel] after each commit that wrote rows, carrying the
 // committed lanes ("u" for unordered rows, "*" for all): one SELECT pg_notify in
-// autocommit on the pool, with synchronous_commit off, at most one per Interval (5 ms).
-// It is not raised inside the committing
+// autocommit on the pool, with synchronous_commit off, at most one per Interval (5 ms;
+// up to 50 ms apart while a burst lasts). It is not raised inside the committing
 // transaction: a notifying transaction takes PostgreSQL's global notification lock from
 // its commit until the end of it, which serialises the writers' commits (their flush to
 // disk included); after the commit it costs the writers one small statement every few

@@ -18,6 +18,7 @@ import (
 // Defaults of NotifierConfig and ListenerConfig.
 const (
 	NotifyIntervalDefault    = 5 * time.Millisecond
+	NotifyMaxIntervalDefault = 50 * time.Millisecond
 	NotifyTimeoutDefault     = 5 * time.Second
 	ProbeTimeoutDefault      = 2 * time.Second
 	PingIntervalDefault      = 30 * time.Second
@@ -56,11 +57,11 @@ type NotifierConfig struct {
 	// quiet Interval is notified at once, later ones are merged into one notification
 	// per Interval. Defaults to NotifyIntervalDefault.
 	Interval time.Duration
-	// MaxInterval, above Interval, lets the spacing between notifications double while
-	// commits keep coming, up to MaxInterval, back to Interval after a quiet spell: fewer
-	// notifications during a burst, but a commit may then wait up to MaxInterval for its
-	// notification whenever commits come more often than every Interval. Defaults to
-	// Interval (a fixed spacing).
+	// MaxInterval bounds the spacing during a burst: while each Interval gathers several
+	// commits (wake.BurstCommits, 4) the spacing doubles up to MaxInterval (the
+	// forwarders are busy then, and each notification costs a statement), and it drops
+	// back to Interval as soon as commits come one at a time. Defaults to
+	// NotifyMaxIntervalDefault; equal to Interval, the spacing is fixed.
 	MaxInterval time.Duration
 	// Timeout bounds one pg_notify statement. Defaults to NotifyTimeoutDefault.
 	Timeout time.Duration
@@ -71,7 +72,7 @@ func (c *NotifierConfig) setDefaults() {
 		c.Interval = NotifyIntervalDefault
 	}
 	if c.MaxInterval == 0 {
-		c.MaxInterval = c.Interval
+		c.MaxInterval = max(NotifyMaxIntervalDefault, c.Interval)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = NotifyTimeoutDefault
@@ -97,7 +98,7 @@ func (c NotifierConfig) Validate() error {
 // publisher, next to the in-process forwarder: publisher.Config.Notifiers) that raises
 // a notification on the table's Channel after each commit, carrying the committed lanes
 // ("u" for unordered rows). Commits are coalesced: at most one pg_notify statement per
-// Interval, run in autocommit on the pool
+// Interval (up to MaxInterval apart during a burst), run in autocommit on the pool
 // after the application's commit returned, so it adds no statement to the committing
 // transaction and does not take PostgreSQL's global NOTIFY commit lock inside it (that
 // lock serialises the commits of notifying transactions, fsync included). A notification that fails or is lost (the process

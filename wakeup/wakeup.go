@@ -4,7 +4,8 @@
 //
 // The writer links a Notifier to its publisher (publisher.Config.Notifiers): after each
 // commit it merges the committed lanes into the next wake-up, and publishes at most one
-// small message per Interval (the first commit after a quiet Interval at once). The
+// small message per Interval (the first commit after a quiet Interval at once; during a
+// burst the spacing grows up to MaxInterval). The
 // forwarder sets a Source as its Config.Wake: it subscribes to the topic and wakes the
 // workers of the notified lanes and the unordered claimers at once.
 //
@@ -44,7 +45,8 @@ const MetadataTable = "outbox_table"
 
 // Defaults of Config.
 const (
-	IntervalDefault = 5 * time.Millisecond
+	IntervalDefault    = 5 * time.Millisecond
+	MaxIntervalDefault = 50 * time.Millisecond
 	TimeoutDefault  = 5 * time.Second
 )
 
@@ -54,11 +56,11 @@ type Config struct {
 	// Interval is published at once, the later ones are merged into one wake-up per
 	// Interval. Defaults to IntervalDefault.
 	Interval time.Duration
-	// MaxInterval, above Interval, lets the spacing between wake-ups double while commits
-	// keep coming, up to MaxInterval, back to Interval after a quiet spell: fewer
-	// messages during a burst, but a commit may then wait up to MaxInterval for its
-	// wake-up whenever commits come more often than every Interval. Defaults to Interval
-	// (a fixed spacing).
+	// MaxInterval bounds the spacing during a burst: while each Interval gathers several
+	// commits (4 or more) the spacing doubles up to MaxInterval (the forwarders are busy
+	// then, and each wake-up costs a message), and it drops back to Interval as soon as
+	// commits come one at a time. Defaults to MaxIntervalDefault; equal to Interval, the
+	// spacing is fixed.
 	MaxInterval time.Duration
 	// Timeout is the deadline of the context of a wake-up message (publishers that honour
 	// it give up then), and how long Close waits for a Publish in progress. Defaults to
@@ -71,7 +73,7 @@ func (c *Config) setDefaults() {
 		c.Interval = IntervalDefault
 	}
 	if c.MaxInterval == 0 {
-		c.MaxInterval = c.Interval
+		c.MaxInterval = max(MaxIntervalDefault, c.Interval)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = TimeoutDefault

@@ -12,17 +12,20 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
+// BurstCommits is the number of commits gathered by one hold from which the next hold
+// doubles (a burst).
+const BurstCommits = 4
+
 // SendFunc sends one payload (Set.AppendPayload); ctx carries the send timeout.
 type SendFunc func(ctx context.Context, payload []byte) error
 
 // Coalescer merges the commits given to Add and sends them with at most one send per
 // hold time: the first commit after a quiet spell is sent at once, the commits that
 // arrive while a send runs or during the hold after it are merged into the next one.
-// With maxInterval above interval the hold starts at the interval and doubles, up to
-// maxInterval, while every hold ends with commits pending; a hold that ends with nothing
-// pending resets it. (That saves sends during a burst but delays every commit that
-// comes within the hold after a send: at a steady rate above one per interval the
-// hold reaches maxInterval.) Add never blocks; a failed send is logged and dropped (the forwarder's poll finds
+// During a burst (a hold that gathered BurstCommits commits or more) the hold doubles,
+// up to maxInterval; a hold that gathers fewer resets it to the interval, so that
+// commits that come one at a time, even back to back, are never held longer than the
+// interval. Add never blocks; a failed send is logged and dropped (the forwarder's poll finds
 // its rows).
 type Coalescer struct {
 	send        SendFunc
@@ -33,6 +36,7 @@ type Coalescer struct {
 
 	mu      sync.Mutex
 	pending Set
+	commits int // merged into pending
 	closed  bool
 
 	signal  chan struct{} // capacity 1: something is pending
@@ -64,6 +68,7 @@ func (c *Coalescer) Add(commit outbox.Commit) {
 		return
 	}
 	c.pending.Add(commit)
+	c.commits++
 	c.mu.Unlock()
 	select {
 	case c.signal <- struct{}{}:
@@ -101,7 +106,8 @@ func (c *Coalescer) run() {
 			return
 		}
 		// A stale signal (its commits went out with an earlier send) sends nothing.
-		for hold := c.interval; c.flush(); hold = min(2*hold, c.maxInterval) {
+		sent, _ := c.flush()
+		for hold := c.interval; sent; {
 			// Hold the next send: commits meanwhile merge into it.
 			timer.Reset(hold)
 			select {
@@ -110,17 +116,26 @@ func (c *Coalescer) run() {
 				c.flush()
 				return
 			}
+			var merged int
+			sent, merged = c.flush()
+			if merged >= BurstCommits {
+				hold = min(2*hold, c.maxInterval)
+			} else {
+				hold = c.interval
+			}
 		}
 	}
 }
 
-// flush sends the pending set; false when nothing was pending.
-func (c *Coalescer) flush() bool {
+// flush sends the pending set; sent is false when nothing was pending, merged counts
+// the commits it held.
+func (c *Coalescer) flush() (sent bool, merged int) {
 	c.mu.Lock()
 	if c.pending.Empty() {
 		c.mu.Unlock()
-		return false
+		return false, 0
 	}
+	merged, c.commits = c.commits, 0
 	c.payload = c.pending.AppendPayload(c.payload[:0])
 	c.pending.Reset()
 	c.mu.Unlock()
@@ -136,5 +151,5 @@ func (c *Coalescer) flush() bool {
 		c.failing = false
 		c.logger.Info("Sending wake-ups works again", nil)
 	}
-	return true
+	return true, merged
 }
