@@ -47,7 +47,7 @@ const MetadataTable = "outbox_table"
 const (
 	IntervalDefault    = 5 * time.Millisecond
 	MaxIntervalDefault = 50 * time.Millisecond
-	TimeoutDefault  = 5 * time.Second
+	TimeoutDefault     = 5 * time.Second
 )
 
 // Config configures a Notifier. Zero fields take their defaults.
