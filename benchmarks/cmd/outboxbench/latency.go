@@ -60,8 +60,8 @@ func latencySection(ctx context.Context, e *engine, cfg config, sec *section) er
 		"listen: postgres.Notifier on the writer, postgres.Listener as the child forwarder's Config.Wake; "+
 		"amqp_wakeup: wakeup.Notifier/Source over RabbitMQ (fan-out exchange, a queue per process); both with default configs "+
 		"(PollInterval %s stays the safety net). Burst: %d one-message commits by %d writers into a fresh table, "+
-		"with the notifier linked and its source listening in this process, against the same burst without; %d rounds, the second in reverse order.",
-		cfg.latencySamples, pollSpacing, forwarder.PollIntervalDefault, cfg.burstCommits, burstWriters, burstRounds)
+		"with the notifier linked and its source listening in this process, against the same burst without; %d rounds, every other one in reverse order.",
+		cfg.latencySamples, pollSpacing, forwarder.PollIntervalDefault, cfg.burstCommits, burstWriters, cfg.burstRounds)
 	return nil
 }
 

@@ -222,10 +222,9 @@ func burstRun(ctx context.Context, e *engine, cfg config, mode string, n int) (d
 
 const burstWriters = 4
 
-// burstRounds is how many times each burst variant runs per figure; the second round
-// runs the variants in reverse order, so that a load drift during the measurement
-// weighs on every variant alike.
-const burstRounds = 2
+// Each burst variant runs cfg.burstRounds times per figure, every other round in
+// reverse order, so that a load drift during the measurement weighs on every variant
+// alike.
 
 // burstFigures measures the commit time of a burst with each contender's notifications
 // against the same burst without them.
@@ -238,7 +237,7 @@ func burstFigures(ctx context.Context, e *engine, cfg config, sec *section) erro
 	order := append([]string{wakePolling}, modes...)
 	took := map[string]time.Duration{}
 	wakeups := map[string]int64{}
-	for round := range burstRounds {
+	for round := range cfg.burstRounds {
 		for i := range order {
 			m := order[i]
 			if round%2 == 1 {
@@ -253,12 +252,12 @@ func burstFigures(ctx context.Context, e *engine, cfg config, sec *section) erro
 		}
 	}
 	base := took[wakePolling]
-	total := float64(n * burstRounds)
+	total := float64(n * cfg.burstRounds)
 	sec.add("burst_none_commits_s", fmt.Sprintf("burst: %d commits by %d writers, no notifications", n, burstWriters), "commits/s", total/base.Seconds())
 	for _, m := range modes {
 		sec.add("burst_"+m+"_commits_s", fmt.Sprintf("burst with %s notifications", m), "commits/s", total/took[m].Seconds())
 		sec.add("burst_"+m+"_ratio", fmt.Sprintf("burst commit time with %s / without", m), "ratio", took[m].Seconds()/base.Seconds())
-		sec.add("burst_"+m+"_wakeups", fmt.Sprintf("burst: wake-ups received per burst with %s (coalesced)", m), "count", float64(wakeups[m])/burstRounds)
+		sec.add("burst_"+m+"_wakeups", fmt.Sprintf("burst: wake-ups received per burst with %s (coalesced)", m), "count", float64(wakeups[m])/float64(cfg.burstRounds))
 	}
 	return nil
 }
