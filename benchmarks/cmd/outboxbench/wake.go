@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -251,13 +253,60 @@ func burstFigures(ctx context.Context, e *engine, cfg config, sec *section) erro
 			wakeups[m] += w
 		}
 	}
+	cost := map[string]time.Duration{}
+	for _, m := range modes {
+		c, err := sendCost(ctx, e, cfg, m)
+		if err != nil {
+			return fmt.Errorf("send cost of %s: %w", m, err)
+		}
+		cost[m] = c
+	}
 	base := took[wakePolling]
 	total := float64(n * cfg.burstRounds)
 	sec.add("burst_none_commits_s", fmt.Sprintf("burst: %d commits by %d writers, no notifications", n, burstWriters), "commits/s", total/base.Seconds())
 	for _, m := range modes {
 		sec.add("burst_"+m+"_commits_s", fmt.Sprintf("burst with %s notifications", m), "commits/s", total/took[m].Seconds())
 		sec.add("burst_"+m+"_ratio", fmt.Sprintf("burst commit time with %s / without", m), "ratio", took[m].Seconds()/base.Seconds())
-		sec.add("burst_"+m+"_wakeups", fmt.Sprintf("burst: wake-ups received per burst with %s (coalesced)", m), "count", float64(wakeups[m])/float64(cfg.burstRounds))
+		perBurst := float64(wakeups[m]) / float64(cfg.burstRounds)
+		sec.add("burst_"+m+"_wakeups", fmt.Sprintf("burst: wake-ups received per burst with %s (coalesced)", m), "count", perBurst)
+		sec.add(m+"_send_ms", fmt.Sprintf("one %s wake-up sent alone, p50", m), "ms", ms(cost[m]))
+		// The writers' side cost: the time spent sending wake-ups, against the burst's.
+		share := perBurst * cost[m].Seconds() / (took[m].Seconds() / float64(cfg.burstRounds))
+		sec.add("burst_"+m+"_send_share", fmt.Sprintf("burst: time sending %s wake-ups / burst time", m), "ratio", share)
 	}
 	return nil
+}
+
+// sendCost returns the median time of one wake-up send of contender mode, sent the way
+// its notifier sends it (PostgreSQL: the notification statement on the pool; RabbitMQ:
+// one Publish), 200 in a row.
+func sendCost(ctx context.Context, e *engine, cfg config, mode string) (time.Duration, error) {
+	topic := newPrefix() + "wakeup_cost"
+	var send func() error
+	switch mode {
+	case wakeListen:
+		send = func() error {
+			_, err := e.db.ExecContext(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)", topic, "u,1,2")
+			return err
+		}
+	case wakeAMQP:
+		pub, err := amqp.NewPublisher(wakeupConfig(cfg.amqpURL), watermill.NopLogger{})
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = pub.Close(); deleteExchange(cfg.amqpURL, topic) }()
+		send = func() error { return pub.Publish(topic, message.NewMessage(watermill.NewULID(), []byte("u,1,2"))) }
+	}
+	var d []float64
+	for i := -1; i < 200; i++ {
+		t0 := time.Now()
+		if err := send(); err != nil {
+			return 0, err
+		}
+		if i >= 0 {
+			d = append(d, float64(time.Since(t0)))
+		}
+	}
+	slices.Sort(d)
+	return time.Duration(percentile(d, 0.5)), nil
 }
