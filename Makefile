@@ -8,8 +8,9 @@
 #   OUTBOX_TEST_MYSQL_DSN= make test        # MySQL tests skip
 #
 # OUTBOX_TEST_REQUIRE=mysql,postgres,amqp turns those skips into failures (CI does that).
-# The wake-up tests over NATS and Redis Streams (wakeup/brokertest, a module of its own)
-# run when OUTBOX_TEST_NATS_URL / OUTBOX_TEST_REDIS_ADDR are set, e.g.
+# The wake-up tests over brokers (wakeup/brokertest, a module of its own) use RabbitMQ
+# through OUTBOX_TEST_AMQP_URL, and NATS and Redis Streams when OUTBOX_TEST_NATS_URL /
+# OUTBOX_TEST_REDIS_ADDR are set, e.g.
 #   OUTBOX_TEST_NATS_URL=nats://127.0.0.1:4222 OUTBOX_TEST_REDIS_ADDR=127.0.0.1:6379 make test
 
 SHELL := /bin/bash

@@ -2,8 +2,10 @@ package forwarder_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -15,18 +17,93 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
-	amqp091 "github.com/rabbitmq/amqp091-go"
+	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
-	"github.com/relayer-go/watermill-outbox/forwarder/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/postgres"
 	"github.com/relayer-go/watermill-outbox/publisher"
-	"github.com/relayer-go/watermill-outbox/wakeup"
 )
+
+// The PostgreSQL LISTEN/NOTIFY tests; the wake-ups over brokers (RabbitMQ, NATS, Redis
+// Streams) are tested in module wakeup/brokertest, which may require their adapters.
+// This file brings its own small scaffolding (pgDB, pgTable, runFwd) so that it
+// depends on nothing but the library and PostgreSQL.
+
+// pgDB opens the PostgreSQL test database (closed at the end of the test) and returns
+// it with its DSN.
+func pgDB(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	dsn := testenv.DSN(t, testenv.Postgres)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		testenv.Unavailable(t, testenv.Postgres, err)
+	}
+	return db, dsn
+}
+
+// pgTable creates a fresh outbox with lanes lanes, dropped at the end of the test.
+func pgTable(t *testing.T, db *sql.DB, lanes int) outbox.Store {
+	t.Helper()
+	opts := outbox.Options{TablePrefix: testenv.Prefix(t), Lanes: lanes}
+	st, err := postgres.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := st.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, tbl := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+postgres.QualifiedTable(opts, tbl))
+			cancel()
+			if err != nil {
+				t.Logf("drop %s: %v", tbl, err)
+			}
+		}
+	})
+	return st
+}
+
+// runFwd builds a forwarder and runs it until the test ends.
+func runFwd(t *testing.T, st outbox.Store, target message.Publisher, cfg forwarder.Config, logger watermill.LoggerAdapter) {
+	t.Helper()
+	f, err := forwarder.New(st, forwarder.Targets{"": target}, cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("forwarder: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("forwarder did not stop within 30s")
+		}
+	})
+}
+
+func uniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
 
 // slowPoll is the poll interval of the wake-up tests: a message that arrives within
 // wakeDeadline can only have been found through a wake-up.
@@ -205,9 +282,9 @@ func withParam(t *testing.T, dsn, key, value string) string {
 // again.
 func TestWake_PostgresListen(t *testing.T) {
 	t.Parallel()
-	db, dsn := postgreSQL.open(t)
-	store := postgreSQL.table(t, db, 8)
-	app := chaos.UniqueName("outbox_listen_")
+	db, dsn := pgDB(t)
+	store := pgTable(t, db, 8)
+	app := uniqueName("outbox_listen_")
 	logger := newLogSpy()
 	l, err := postgres.NewListener(withParam(t, dsn, "application_name", app), store.Options(),
 		postgres.ListenerConfig{ReconnectMin: 20 * time.Millisecond, PingInterval: 100 * time.Millisecond}, logger)
@@ -215,8 +292,7 @@ func TestWake_PostgresListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newArrivals()
-	fwd := newForwarder(t, store, forwarder.Targets{"": rec}, wakeConfig(l))
-	runForwarder(t, fwd)
+	runFwd(t, store, rec, wakeConfig(l), nil)
 	n, err := postgres.NewNotifier(db, store.Options(), postgres.NotifierConfig{}, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -280,8 +356,8 @@ func TestWake_PostgresListenFallback(t *testing.T) {
 }
 
 func testListenFallback(t *testing.T, rejectListen bool, probeTimeout time.Duration) {
-	db, dsn := postgreSQL.open(t)
-	store := postgreSQL.table(t, db, 4)
+	db, dsn := pgDB(t)
+	store := pgTable(t, db, 4)
 	proxied := pgProxy(t, withParam(t, dsn, "sslmode", "disable"), rejectListen)
 	logger := newLogSpy()
 	l, err := postgres.NewListener(proxied, store.Options(), postgres.ListenerConfig{ProbeTimeout: probeTimeout}, logger)
@@ -291,11 +367,7 @@ func testListenFallback(t *testing.T, rejectListen bool, probeTimeout time.Durat
 	rec := newArrivals()
 	cfg := wakeConfig(l)
 	cfg.PollInterval, cfg.MaxPollInterval = 100*time.Millisecond, 200*time.Millisecond
-	fwd, err := forwarder.New(store, forwarder.Targets{"": rec}, cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runForwarder(t, fwd)
+	runFwd(t, store, rec, cfg, logger)
 	waitLog(t, logger, watermill.ErrorLogLevel, "Wake-ups from other processes unavailable: their commits are found by polling", 1, 10*time.Second)
 	if !logger.hasError(outbox.ErrWakeUnavailable) {
 		logger.dump(t)
@@ -442,82 +514,5 @@ func copyClient(dst io.Writer, src io.Reader, rejectListen bool) {
 		if writeMsg(dst, typ, typed, body) != nil {
 			return
 		}
-	}
-}
-
-// TestWake_RabbitMQ: with wake-ups over RabbitMQ (a wakeup.Notifier on the writer, a
-// wakeup.Source subscribed through a fan-out queue of its own as the forwarder's Wake)
-// rows committed by a publisher not linked to the forwarder are sent within
-// milliseconds although the forwarder polls every 10 s, on MariaDB and on PostgreSQL.
-func TestWake_RabbitMQ(t *testing.T) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) {
-			t.Parallel()
-			db, _ := e.open(t)
-			amqpURL := testenv.DSN(t, testenv.AMQP)
-			store := e.table(t, db, 8)
-			topic := chaos.UniqueName("outbox_wakeup_")
-			pub, sub := wakeupPubSub(t, amqpURL, topic)
-			logger := newLogSpy()
-			src, err := wakeup.NewSource(sub, topic, store.Options(), logger)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := newArrivals()
-			runForwarder(t, newForwarder(t, store, forwarder.Targets{"": rec}, wakeConfig(src)))
-			n, err := wakeup.NewNotifier(pub, topic, store.Options(), wakeup.Config{}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = n.Close() })
-			ob, err := publisher.New(store, publisher.Config{Notifiers: []outbox.Notifier{n}}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitLog(t, logger, watermill.InfoLogLevel, "Listening for wake-ups", 1, 10*time.Second)
-			time.Sleep(300 * time.Millisecond)
-			expectFast(t, ob, db, rec, 20)
-		})
-	}
-}
-
-// wakeupPubSub returns a RabbitMQ publisher and a subscriber with a queue of its own
-// bound to topic's fan-out exchange (each forwarder process gets every wake-up); the
-// exchange is deleted at the end of the test.
-func wakeupPubSub(t *testing.T, amqpURL, topic string) (message.Publisher, message.Subscriber) {
-	t.Helper()
-	cfg := amqp.NewNonDurablePubSubConfig(amqpURL, amqp.GenerateQueueNameTopicNameWithSuffix(chaos.UniqueName("fwd_")))
-	pub, err := amqp.NewPublisher(cfg, watermill.NopLogger{})
-	if err != nil {
-		testenv.Unavailable(t, testenv.AMQP, err)
-	}
-	sub, err := amqp.NewSubscriber(cfg, watermill.NopLogger{})
-	if err != nil {
-		_ = pub.Close()
-		testenv.Unavailable(t, testenv.AMQP, err)
-	}
-	t.Cleanup(func() {
-		_ = sub.Close()
-		_ = pub.Close()
-		deleteExchange(t, amqpURL, topic)
-	})
-	return pub, sub
-}
-
-func deleteExchange(t *testing.T, amqpURL, name string) {
-	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
-	if err != nil {
-		t.Logf("amqp cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Logf("amqp cleanup: %v", err)
-		return
-	}
-	defer ch.Close()
-	if err := ch.ExchangeDelete(name, false, false); err != nil && !errors.Is(err, amqp091.ErrClosed) {
-		t.Logf("amqp cleanup %s: %v", name, err)
 	}
 }

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -46,14 +48,35 @@ var dialects = []dialect{
 	{"postgres", testenv.Postgres, "pgx", func(db *sql.DB, o outbox.Options) (outbox.Store, error) { return postgres.New(db, o) }, postgres.QualifiedTable},
 }
 
-// broker builds the wake-up publisher and a fan-out subscriber of one Pub/Sub.
+// broker builds the wake-up publisher and a fan-out subscriber of one Pub/Sub for topic.
 type broker struct {
 	name   string
-	pubSub func(t *testing.T) (message.Publisher, message.Subscriber)
+	pubSub func(t *testing.T, topic string) (message.Publisher, message.Subscriber)
 }
 
 var brokers = []broker{
-	{"nats", func(t *testing.T) (message.Publisher, message.Subscriber) {
+	{"rabbitmq", func(t *testing.T, topic string) (message.Publisher, message.Subscriber) {
+		url := testenv.DSN(t, testenv.AMQP)
+		// A fan-out exchange per topic, a non-durable queue per subscribing process.
+		cfg := amqp.NewNonDurablePubSubConfig(url, amqp.GenerateQueueNameTopicNameWithSuffix(uniqueName("fwd_")))
+		cfg.Publish.ChannelPoolSize = 4
+		pub, err := amqp.NewPublisher(cfg, watermill.NopLogger{})
+		if err != nil {
+			testenv.Unavailable(t, testenv.AMQP, err)
+		}
+		sub, err := amqp.NewSubscriber(cfg, watermill.NopLogger{})
+		if err != nil {
+			_ = pub.Close()
+			testenv.Unavailable(t, testenv.AMQP, err)
+		}
+		t.Cleanup(func() {
+			_ = sub.Close()
+			_ = pub.Close()
+			deleteExchange(t, url, topic)
+		})
+		return pub, sub
+	}},
+	{"nats", func(t *testing.T, _ string) (message.Publisher, message.Subscriber) {
 		url := testenv.DSN(t, testenv.NATS)
 		// Core NATS without a queue group: every subscriber gets every message.
 		js := nats.JetStreamConfig{Disabled: true}
@@ -70,7 +93,7 @@ var brokers = []broker{
 		t.Cleanup(func() { _ = sub.Close(); _ = pub.Close() })
 		return pub, sub
 	}},
-	{"redis", func(t *testing.T) (message.Publisher, message.Subscriber) {
+	{"redis", func(t *testing.T, _ string) (message.Publisher, message.Subscriber) {
 		addr := testenv.DSN(t, testenv.Redis)
 		rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 5 * time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -160,7 +183,8 @@ func (l listening) With(watermill.LogFields) watermill.LoggerAdapter { return l 
 
 // TestWakeUp: rows committed by a publisher not linked to the forwarder (another
 // process, as far as the forwarder knows) are sent within a fraction of the 10 s poll
-// interval when wake-ups travel over NATS or Redis Streams, on MariaDB and PostgreSQL.
+// interval when wake-ups travel over RabbitMQ, NATS or Redis Streams, on MariaDB and
+// PostgreSQL.
 func TestWakeUp(t *testing.T) {
 	for _, b := range brokers {
 		for _, d := range dialects {
@@ -174,8 +198,8 @@ func TestWakeUp(t *testing.T) {
 
 func testWakeUp(t *testing.T, b broker, d dialect) {
 	db, store := openTable(t, d)
-	pub, sub := b.pubSub(t)
 	topic := uniqueName("outbox_wakeup_")
+	pub, sub := b.pubSub(t, topic)
 	ready := listening{ch: make(chan struct{}, 1)}
 	src, err := wakeup.NewSource(sub, topic, store.Options(), ready)
 	if err != nil {
@@ -259,4 +283,24 @@ func commit(t *testing.T, ob *publisher.Outbox, db *sql.DB, key string) string {
 		t.Fatal(err)
 	}
 	return m.UUID
+}
+
+// deleteExchange removes the wake-up topic's exchange (cleanup, bounded by the dial
+// timeout and the broker's answer).
+func deleteExchange(t *testing.T, url, name string) {
+	conn, err := amqp091.DialConfig(url, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	if err != nil {
+		t.Logf("amqp cleanup: %v", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Logf("amqp cleanup: %v", err)
+		return
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDelete(name, false, false); err != nil {
+		t.Logf("amqp cleanup %s: %v", name, err)
+	}
 }
