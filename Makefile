@@ -9,9 +9,12 @@
 #
 # OUTBOX_TEST_MYSQL_DSN is MariaDB; OUTBOX_TEST_MYSQL_ORACLE_DSN is Oracle MySQL, and when
 # it is set `make test` runs every MySQL test a second time against it (test-mysql-oracle).
+# The wake-up tests over brokers (wakeup/brokertest, a module of its own) use RabbitMQ
+# (OUTBOX_TEST_AMQP_URL), NATS (OUTBOX_TEST_NATS_URL) and Redis Streams
+# (OUTBOX_TEST_REDIS_ADDR).
 #
-# OUTBOX_TEST_REQUIRE=mysql,mysql-oracle,postgres,amqp turns those skips into failures
-# (CI does that).
+# OUTBOX_TEST_REQUIRE=mysql,mysql-oracle,postgres,amqp,nats,redis turns those skips into
+# failures (CI does that).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -25,7 +28,10 @@ OUTBOX_TEST_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 OUTBOX_TEST_MYSQL_ORACLE_DSN ?= root@tcp(127.0.0.1:3307)/test
 OUTBOX_TEST_POSTGRES_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 OUTBOX_TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
-export OUTBOX_TEST_MYSQL_DSN OUTBOX_TEST_MYSQL_ORACLE_DSN OUTBOX_TEST_POSTGRES_DSN OUTBOX_TEST_AMQP_URL
+OUTBOX_TEST_NATS_URL ?= nats://127.0.0.1:4222
+OUTBOX_TEST_REDIS_ADDR ?= 127.0.0.1:6379
+export OUTBOX_TEST_MYSQL_DSN OUTBOX_TEST_MYSQL_ORACLE_DSN OUTBOX_TEST_POSTGRES_DSN OUTBOX_TEST_AMQP_URL \
+	OUTBOX_TEST_NATS_URL OUTBOX_TEST_REDIS_ADDR
 
 # Extra flags for go test, e.g. GOTESTFLAGS=-count=1 (CI) or GOTESTFLAGS='-run Lane -v'.
 GOTESTFLAGS ?=
@@ -39,14 +45,16 @@ local = $(or $(findstring 127.0.0.1,$(1)),$(findstring localhost,$(1)))
 SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
 	$(if $(call local,$(OUTBOX_TEST_MYSQL_ORACLE_DSN)),mysql-oracle) \
 	$(if $(call local,$(OUTBOX_TEST_POSTGRES_DSN)),postgres) \
-	$(if $(call local,$(OUTBOX_TEST_AMQP_URL)),amqp)
+	$(if $(call local,$(OUTBOX_TEST_AMQP_URL)),amqp) \
+	$(if $(call local,$(OUTBOX_TEST_NATS_URL)),nats) \
+	$(if $(call local,$(OUTBOX_TEST_REDIS_ADDR)),redis)
 
 .PHONY: test test-modules test-mysql-oracle test-short vet examples bench bench-short fuzz services demo help
 
 # The library is the root module; what needs more (brokers, Watermill components, the
 # Prometheus client, the examples) lives in modules of its own, so that a user's go.mod
 # gains none of it. Each is tested with -race; benchmarks (the harness's short run) without.
-MODULES := . e2e _examples forwarder/prometheus
+MODULES := . e2e _examples forwarder/prometheus wakeup/brokertest
 
 ## test: go vet, build the examples, then go test -race in every module against the local services (MariaDB, PostgreSQL, RabbitMQ) and the harness's short run, then test-mysql-oracle
 test: services vet examples

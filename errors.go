@@ -44,6 +44,10 @@ var (
 	// transaction of each message's context (publisher's ContextPublisher) for a message
 	// whose context carries none; nothing of that Publish call is written.
 	ErrNoTransaction = errors.New("outbox: no outbox transaction in the message context")
+	// ErrWakeUnavailable is wrapped by the error of a WakeSource that cannot deliver
+	// wake-ups at all (LISTEN refused or never delivering, as through a transaction-mode
+	// pooler; a wake-up subscription that fails): the forwarder then polls.
+	ErrWakeUnavailable = errors.New("outbox: wake-ups unavailable")
 
 	// ErrUnhealthy is wrapped by a forwarder's health check error when the oldest
 	// eligible row has waited longer than the threshold.

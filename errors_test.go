@@ -62,7 +62,8 @@ func TestCorruptRowError(t *testing.T) {
 func TestSentinelsAreDistinct(t *testing.T) {
 	all := []error{
 		outbox.ErrInvalidOptions, outbox.ErrUnknownOutcome, outbox.ErrClosed, outbox.ErrTxDone,
-		outbox.ErrLaneOutOfRange, outbox.ErrNotifierMismatch, outbox.ErrInvalidRecord,
+		outbox.ErrLaneOutOfRange, outbox.ErrNotifierMismatch, outbox.ErrInvalidRecord, outbox.ErrUnhealthy,
+		outbox.ErrWakeUnavailable,
 	}
 	for i, a := range all {
 		if !strings.HasPrefix(a.Error(), "outbox: ") {

@@ -145,6 +145,15 @@ type Config struct {
 	// Metrics receives counters and gauges; nil disables them. See package
 	// forwarder/prometheus for a Prometheus adapter.
 	Metrics Metrics
+
+	// Wake, when set, delivers the commits of other processes (the application's
+	// writers) so that they are sent at once instead of at the next poll: a
+	// postgres.Listener (LISTEN/NOTIFY) or a wakeup.Source (wake-up messages over any
+	// Watermill Pub/Sub). The forwarder runs it from Subscribe to Close; when it cannot
+	// work (outbox.ErrWakeUnavailable) the forwarder logs why and polls. Polling goes on
+	// either way, as the safety net. Defaults to nil: commits of this process only
+	// (a publisher linked to the forwarder) and polling.
+	Wake outbox.WakeSource
 }
 
 func (c *Config) setDefaults() {

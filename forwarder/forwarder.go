@@ -199,6 +199,26 @@ func (f *Forwarder) Notify(c outbox.Commit) {
 	}
 }
 
+// runWake runs the wake source until Close starts; a source that cannot work leaves
+// the forwarder polling.
+func (f *Forwarder) runWake(src outbox.WakeSource) {
+	defer f.services.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stopping:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	err := src.Listen(ctx, f)
+	if err != nil && ctx.Err() == nil {
+		f.logger.Error("Wake-ups from other processes unavailable: their commits are found by polling", err,
+			watermill.LogFields{"poll_interval": f.cfg.PollInterval})
+	}
+}
+
 func wake(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -272,6 +292,10 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 	if f.cfg.StatsInterval > 0 {
 		f.services.Add(1)
 		go f.runSampler()
+	}
+	if f.cfg.Wake != nil {
+		f.services.Add(1)
+		go f.runWake(f.cfg.Wake)
 	}
 	go func() {
 		select {

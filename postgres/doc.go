@@ -73,5 +73,28 @@
 // ended while it sat idle (57P01 or 57P02) is recognised (outbox.StaleConnChecker),
 // so publisher.Outbox.Begin takes another one.
 //
+// # LISTEN/NOTIFY
+//
+// A [Notifier] (the writer's side, linked with publisher.Config.Notifiers) raises a
+// notification on the table's [Channel] after each commit that wrote rows, carrying the
+// committed lanes ("u" for unordered rows, "*" for all): one SELECT pg_notify in
+// autocommit on the pool, with synchronous_commit off, at most one per Interval (5 ms;
+// up to 50 ms apart while a burst lasts). It is not raised inside the committing
+// transaction: a notifying transaction takes PostgreSQL's global notification lock from
+// its commit until the end of it, which serialises the writers' commits (their flush to
+// disk included); after the commit it costs the writers one small statement every few
+// milliseconds at most, and a notification that is lost only delays its rows until the
+// next poll.
+//
+// A [Listener] (the forwarder's Config.Wake) holds one dedicated pgx connection that
+// LISTENs on the channel, proves with a probe sent from a second connection that
+// notifications arrive, and hands each one to the forwarder, which wakes the workers of
+// the notified lanes and the unordered claimers at once. It reconnects with backoff
+// after a drop (waking every lane once when it is back), pings a connection that stays
+// silent for PingInterval, and where LISTEN cannot work (refused, or a transaction-mode
+// pooler such as PgBouncer that never delivers) returns an error wrapping
+// outbox.ErrWakeUnavailable that says why: the forwarder logs it and polls, as it does
+// anyway as the safety net.
+//
 // Tests and benchmarks of this package: docs/development.md.
 package postgres

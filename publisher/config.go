@@ -60,6 +60,10 @@ type Config struct {
 	// at once. It must serve the same table as the store (same Options): New refuses
 	// another one with outbox.ErrNotifierMismatch. A notifier never fails a commit.
 	Notifier outbox.Notifier
+	// Notifiers are told too, after Notifier, under the same rules: link the
+	// cross-process wake-ups here (postgres.Notifier, wakeup.Notifier) next to the
+	// forwarder of this process, if any.
+	Notifiers []outbox.Notifier
 
 	// Now stamps created_at (default time.Now). Tests pass a fixed clock.
 	Now func() time.Time

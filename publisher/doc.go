@@ -93,7 +93,9 @@
 // process) is told which lanes and how many unordered rows were committed, so that it
 // sends them at once rather than at its next poll. A notifier for another table is
 // refused by New (outbox.ErrNotifierMismatch); a full, slow or panicking notifier never
-// fails a committed transaction.
+// fails a committed transaction. Config.Notifiers adds more, for forwarders in other
+// processes: postgres.Notifier (LISTEN/NOTIFY) or wakeup.Notifier (wake-up messages over
+// any Watermill Pub/Sub); see the forwarder package's "Wake-ups from other processes".
 //
 // # Router middleware
 //

@@ -15,10 +15,11 @@ import (
 // Outbox writes Watermill messages into one outbox table through a Store. It is safe
 // for concurrent use; each transaction gets its own *Tx.
 type Outbox struct {
-	store  outbox.Store
-	config Config
-	lanes  int
-	logger watermill.LoggerAdapter
+	store     outbox.Store
+	config    Config
+	notifiers []outbox.Notifier // Config.Notifier, then Config.Notifiers
+	lanes     int
+	logger    watermill.LoggerAdapter
 
 	begun, committed atomic.Int64 // Stats
 }
@@ -41,7 +42,7 @@ func (o *Outbox) Stats() Stats {
 //
 // The lane count comes from store.Options(): every writer and forwarder of one table
 // must be built with the same Options (the forwarder refuses to run over lanes it
-// cannot own). A config.Notifier serving another table is refused here, wrapping
+// cannot own). A notifier (Config.Notifier, Config.Notifiers) serving another table is refused here, wrapping
 // outbox.ErrNotifierMismatch, rather than silently waking the wrong forwarder.
 func New(store outbox.Store, config Config, logger watermill.LoggerAdapter) (*Outbox, error) {
 	if store == nil {
@@ -55,16 +56,36 @@ func New(store outbox.Store, config Config, logger watermill.LoggerAdapter) (*Ou
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("publisher: store options: %w", err)
 	}
-	if config.Notifier != nil {
-		if n := config.Notifier.NotifierOptions(); !n.SameTable(opts) {
-			return nil, fmt.Errorf("%w: Config.Notifier serves schema %q prefix %q with %d lanes, the store schema %q prefix %q with %d lanes",
-				outbox.ErrNotifierMismatch, n.Schema, n.TablePrefix, n.WithDefaults().Lanes, opts.Schema, opts.TablePrefix, opts.Lanes)
-		}
+	notifiers, err := linkNotifiers(config, opts)
+	if err != nil {
+		return nil, err
 	}
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Outbox{store: store, config: config, lanes: opts.Lanes, logger: logger}, nil
+	return &Outbox{store: store, config: config, notifiers: notifiers, lanes: opts.Lanes, logger: logger}, nil
+}
+
+// linkNotifiers returns Notifier and Notifiers as one list, refusing a nil one and one
+// that serves another table.
+func linkNotifiers(config Config, opts outbox.Options) ([]outbox.Notifier, error) {
+	var list []outbox.Notifier
+	if config.Notifier != nil {
+		list = append(list, config.Notifier)
+	}
+	for i, n := range config.Notifiers {
+		if n == nil {
+			return nil, fmt.Errorf("publisher: invalid config: %w", outbox.InvalidOption(fmt.Sprintf("Notifiers[%d]", i), "is nil"))
+		}
+		list = append(list, n)
+	}
+	for _, n := range list {
+		if o := n.NotifierOptions(); !o.SameTable(opts) {
+			return nil, fmt.Errorf("%w: notifier %T serves schema %q prefix %q with %d lanes, the store schema %q prefix %q with %d lanes",
+				outbox.ErrNotifierMismatch, n, o.Schema, o.TablePrefix, o.WithDefaults().Lanes, opts.Schema, opts.TablePrefix, opts.Lanes)
+		}
+	}
+	return list, nil
 }
 
 // Store returns the store the outbox writes through.

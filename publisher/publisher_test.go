@@ -688,6 +688,28 @@ func TestNotifier(t *testing.T) {
 				t.Errorf("same table refused: %v", err)
 			}
 		})
+		t.Run("Notifiers: every one told, after Notifier; a panicking one does not stop the next", func(t *testing.T) {
+			first, broken, last := &recorder{opts: e.opts}, &recorder{opts: e.opts, panic: true}, &recorder{opts: e.opts}
+			ob := e.newOutbox(t, publisher.Config{Notifier: first, Notifiers: []outbox.Notifier{broken, last}})
+			err := ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
+				return tx.Publish("n", newMsg("fan-out", ""))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range []*recorder{first, broken, last} {
+				if got := r.commits(); len(got) != 1 || got[0].Unordered != 1 {
+					t.Errorf("notifier %d told %+v, want one commit of 1 unordered row", i, got)
+				}
+			}
+			if _, err := publisher.New(e.store, publisher.Config{Notifiers: []outbox.Notifier{first, nil}}, nil); !errors.Is(err, outbox.ErrInvalidOptions) {
+				t.Errorf("nil in Notifiers: %v, want ErrInvalidOptions", err)
+			}
+			other := &recorder{opts: outbox.Options{TablePrefix: "other_", Lanes: 128}}
+			if _, err := publisher.New(e.store, publisher.Config{Notifiers: []outbox.Notifier{first, other}}, nil); !errors.Is(err, outbox.ErrNotifierMismatch) {
+				t.Errorf("mismatch in Notifiers: %v, want ErrNotifierMismatch", err)
+			}
+		})
 		t.Run("slow or panicking notifier never fails a commit", func(t *testing.T) {
 			for _, rec := range []*recorder{{opts: e.opts, sleep: 50 * time.Millisecond}, {opts: e.opts, panic: true}} {
 				ob := e.newOutbox(t, publisher.Config{Notifier: rec})

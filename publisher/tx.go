@@ -222,7 +222,7 @@ func (t *Tx) write(ctx context.Context, recs []outbox.Record) error {
 		return fmt.Errorf("publisher: insert %d messages: %w", len(recs), err)
 	}
 	t.total += len(recs)
-	if t.ob.config.Notifier != nil {
+	if len(t.ob.notifiers) > 0 {
 		t.account(recs)
 	}
 	return nil
@@ -382,8 +382,7 @@ func (t *Tx) NotifyCommitted() {
 
 // notify sends and resets the written summary; callers hold t.op.
 func (t *Tx) notify() {
-	n := t.ob.config.Notifier
-	if n == nil || t.written == 0 {
+	if len(t.ob.notifiers) == 0 || t.written == 0 {
 		return
 	}
 	c := outbox.Commit{Unordered: t.unordered}
@@ -403,10 +402,17 @@ func (t *Tx) notify() {
 		}
 	}
 	t.unordered, t.written = 0, 0
+	for _, n := range t.ob.notifiers {
+		t.notifyOne(n, c)
+	}
+}
+
+// notifyOne calls n, logging a panic: the commit stands.
+func (t *Tx) notifyOne(n outbox.Notifier, c outbox.Commit) {
 	defer func() {
 		if r := recover(); r != nil {
 			t.ob.logger.Error("publisher: Notifier panicked after a successful commit (the commit stands)",
-				fmt.Errorf("panic: %v", r), watermill.LogFields{"lanes": len(c.Lanes), "unordered": c.Unordered})
+				fmt.Errorf("panic: %v", r), watermill.LogFields{"notifier": fmt.Sprintf("%T", n), "lanes": len(c.Lanes), "unordered": c.Unordered})
 		}
 	}()
 	n.Notify(c)

@@ -14,6 +14,8 @@ const (
 	Postgres  = "postgres"
 	SQLServer = "sqlserver"
 	AMQP      = "amqp"
+	NATS      = "nats"
+	Redis     = "redis"
 )
 
 var envVars = map[string]string{
@@ -21,6 +23,8 @@ var envVars = map[string]string{
 	Postgres:  "OUTBOX_TEST_POSTGRES_DSN",
 	SQLServer: "OUTBOX_TEST_SQLSERVER_DSN",
 	AMQP:      "OUTBOX_TEST_AMQP_URL",
+	NATS:      "OUTBOX_TEST_NATS_URL",
+	Redis:     "OUTBOX_TEST_REDIS_ADDR",
 }
 
 // EnvVar returns the environment variable that holds service's address.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -76,15 +77,32 @@ func (p *linePublisher) Publish(_ string, msgs ...*message.Message) error {
 }
 func (p *linePublisher) Close() error { return nil }
 
-// childForwarder runs a forwarder with the default configuration (polling only: no
-// publisher in this process) until stdin closes.
+// line prints one line on stdout.
+func (p *linePublisher) line(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintln(p.w, s)
+	_ = p.w.Flush()
+}
+
+// childForwarder runs a forwarder with the default configuration until stdin closes:
+// polling only (no publisher in this process), or woken by the wake-up contender named
+// in the environment, in which case it prints LISTENING once the source listens.
 func childForwarder(ctx context.Context, t *outboxTable) error {
 	pub := &linePublisher{w: bufio.NewWriter(os.Stdout)}
-	f, err := forwarder.New(t.store, forwarder.Targets{"": pub}, forwarder.Config{StatsInterval: -1}, nil)
+	cfg := forwarder.Config{StatsInterval: -1}
+	var logger watermill.LoggerAdapter = listeningLogger{out: pub, once: &sync.Once{}}
+	src, stop, err := wakeSource(os.Getenv(childWakeEnv), t, os.Getenv(childAMQPEnv), os.Getenv(childTopicEnv), logger)
 	if err != nil {
 		return err
 	}
-	fmt.Println("READY")
+	defer stop()
+	cfg.Wake = src
+	f, err := forwarder.New(t.store, forwarder.Targets{"": pub}, cfg, logger)
+	if err != nil {
+		return err
+	}
+	pub.line("READY")
 	return f.Run(ctx)
 }
 

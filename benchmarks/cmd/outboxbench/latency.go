@@ -16,6 +16,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
@@ -38,16 +39,33 @@ func latencySection(ctx context.Context, e *engine, cfg config, sec *section) er
 		sec.add("direct_p50_ms", "direct dispatch (Notifier = forwarder) p50", "ms", percentile(lat, 0.50))
 		sec.add("direct_p99_ms", "direct dispatch p99", "ms", percentile(lat, 0.99))
 		sec.add("commit_p50_ms", "Commit call alone p50 (for reference)", "ms", percentile(commits, 0.50))
-		lat, err = latencyPolling(ctx, e, cfg.latencySamples)
+		lat, err = latencyChild(ctx, e, cfg, wakePolling)
 		if err != nil {
 			return fmt.Errorf("polling child: %w", err)
 		}
 		sec.add("polling_p50_ms", fmt.Sprintf("second process, polling (PollInterval %s) p50", forwarder.PollIntervalDefault), "ms", percentile(lat, 0.50))
 		sec.add("polling_p99_ms", "second process, polling p99", "ms", percentile(lat, 0.99))
+		for _, mode := range wakeContenders(e, cfg) {
+			if lat, err = latencyChild(ctx, e, cfg, mode); err != nil {
+				return fmt.Errorf("%s child: %w", mode, err)
+			}
+			sec.add(mode+"_p50_ms", fmt.Sprintf("second process, woken by %s p50", wakeLabel[mode]), "ms", percentile(lat, 0.50))
+			sec.add(mode+"_p99_ms", fmt.Sprintf("second process, %s p99", mode), "ms", percentile(lat, 0.99))
+		}
+		if err := burstFigures(ctx, e, cfg, sec); err != nil {
+			return err
+		}
 	}
-	sec.note("%d messages per run and mode; polling mode commits one message every %s.", cfg.latencySamples, pollSpacing)
+	sec.note("%d messages per run and mode; the second-process modes commit one message every %s. "+
+		"listen: postgres.Notifier on the writer, postgres.Listener as the child forwarder's Config.Wake; "+
+		"amqp_wakeup: wakeup.Notifier/Source over RabbitMQ (fan-out exchange, a queue per process); both with default configs "+
+		"(PollInterval %s stays the safety net). Burst: %d one-message commits by %d writers into a fresh table, "+
+		"with the notifier linked and its source listening in this process, against the same burst without; %d rounds, every other one in reverse order.",
+		cfg.latencySamples, pollSpacing, forwarder.PollIntervalDefault, cfg.burstCommits, burstWriters, cfg.burstRounds)
 	return nil
 }
+
+var wakeLabel = map[string]string{wakeListen: "LISTEN/NOTIFY", wakeAMQP: "RabbitMQ wake-ups"}
 
 // arrival is one message seen by a target publisher.
 type arrival struct {
@@ -118,19 +136,37 @@ func latencyInProcess(ctx context.Context, e *engine, samples int) (lat, commits
 	return lat, commits, nil
 }
 
-func latencyPolling(ctx context.Context, e *engine, samples int) ([]float64, error) {
+// latencyChild measures commit → publish with the forwarder in a child process that
+// learns of commits by mode (wakePolling: by polling alone).
+func latencyChild(ctx context.Context, e *engine, cfg config, mode string) ([]float64, error) {
+	samples := cfg.latencySamples
 	t, err := e.newOutboxTable(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer t.drop()
-	child, err := startChild(ctx, roleForwarder, e, t.opts.TablePrefix, 0, 0)
+	topic := t.opts.TablePrefix + "wakeup"
+	child, err := startChild(ctx, roleForwarder, e, t.opts.TablePrefix, 0, 0, wakeEnv(mode, cfg.amqpURL, topic)...)
 	if err != nil {
 		return nil, err
 	}
 	defer child.stop()
 	if _, err := child.waitLine("READY", 30*time.Second); err != nil {
 		return nil, err
+	}
+	if mode != wakePolling {
+		if _, err := child.waitLine("LISTENING", 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	notifier, stopNotifier, err := writerNotifier(mode, t, cfg.amqpURL, topic)
+	if err != nil {
+		return nil, err
+	}
+	defer stopNotifier()
+	pc := publisher.Config{}
+	if notifier != nil {
+		pc.Notifiers = []outbox.Notifier{notifier}
 	}
 	arrivals := make(chan arrival, samples+16)
 	go func() {
@@ -143,7 +179,7 @@ func latencyPolling(ctx context.Context, e *engine, samples int) ([]float64, err
 		}
 		close(arrivals)
 	}()
-	ob, err := publisher.New(t.store, publisher.Config{}, nil)
+	ob, err := publisher.New(t.store, pc, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +278,7 @@ type childProc struct {
 }
 
 // startChild runs this executable in role; it stops when its stdin closes.
-func startChild(ctx context.Context, role string, e *engine, prefix string, rows int, limit time.Duration) (*childProc, error) {
+func startChild(ctx context.Context, role string, e *engine, prefix string, rows int, limit time.Duration, env ...string) (*childProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -251,6 +287,7 @@ func startChild(ctx context.Context, role string, e *engine, prefix string, rows
 	cmd.Env = append(os.Environ(),
 		childRoleEnv+"="+role, childDBEnv+"="+e.name, childDSNEnv+"="+e.dsn,
 		childPrefixEnv+"="+prefix, childRowsEnv+"="+strconv.Itoa(rows), childLimitEnv+"="+limit.String())
+	cmd.Env = append(cmd.Env, env...)
 	c := &childProc{cmd: cmd, lines: make(chan string, 1024), exited: make(chan struct{})}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err

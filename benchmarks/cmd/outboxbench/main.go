@@ -27,6 +27,8 @@ type config struct {
 	drainLimit     time.Duration // a drain still running after this is cut short
 	brokerRows     int
 	latencySamples int
+	burstCommits   int // commits of the latency section's burst
+	burstRounds    int // bursts per variant and run
 	scaleRows      int
 	memoryRows     int
 	memoryRuns     int // 0: runs
@@ -95,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.drainRows, cfg.drainLimit = 5_000, 20*time.Second
 		cfg.brokerRows = 1_000
 		cfg.latencySamples = 60
+		cfg.burstCommits, cfg.burstRounds = 2_000, 2
 		cfg.scaleRows = 5_000
 		cfg.memoryRows = 50_000
 		cfg.memoryLimit = 20 * time.Second
@@ -106,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.drainRows, cfg.drainLimit = 100_000, 60*time.Second
 		cfg.brokerRows = 20_000
 		cfg.latencySamples = 500
+		cfg.burstCommits, cfg.burstRounds = 10_000, 4
 		cfg.scaleRows = 20_000
 		cfg.memoryRows = 1_000_000
 		// One 1,000,000-row drain takes minutes: peak RSS and allocations per message
