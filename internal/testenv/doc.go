@@ -12,4 +12,10 @@
 //
 // Without it the test skips with a one-line reason, unless the comma-separated list in
 // OUTBOX_TEST_REQUIRE names the service: then it fails, so CI never passes by skipping.
+//
+// The Go tests know one MySQL address. `make test` runs them with OUTBOX_TEST_MYSQL_DSN
+// at MariaDB, then again (make test-mysql-oracle) with it at OUTBOX_TEST_MYSQL_ORACLE_DSN,
+// Oracle MySQL; OUTBOX_TEST_MYSQL_SERVER (mariadb or mysql) names the engine each pass
+// expects, which mysql's TestServerFlavor checks. Every cleanup that talks to a server
+// goes through Cleanup or Bounded: it has a deadline, and a stuck one fails its test.
 package testenv
