@@ -12,6 +12,10 @@
 // sqlserver) implements, and the [Notifier] through which a committing publisher wakes
 // a local forwarder. Package outboxtest runs the whole contract against any Store.
 //
+// The consumer side: [Inbox] is the optional store capability (implemented by the three
+// dialects) that package inbox builds on to give a Watermill handler an exactly-once
+// effect: the message UUID recorded per consumer in the handler's own transaction.
+//
 // All instants are supplied by the caller, so behaviour at every boundary is exact and
 // testable; stores keep microsecond precision (SQL Server keeps 100 ns) and return UTC.
 //

@@ -93,3 +93,15 @@ func invalidOption(field, format string, args ...any) error {
 func InvalidOption(field, format string, args ...any) error {
 	return invalidOption(field, format, args...)
 }
+
+// Errors of package inbox, here beside the others so that every sentinel of the module
+// is errors.Is-able from one place.
+var (
+	// ErrNoMessageUUID is returned by the inbox middleware for a message without a
+	// UUID: it cannot be deduplicated, so it is not processed (the router nacks it).
+	ErrNoMessageUUID = errors.New("outbox: inbox: message has no UUID")
+
+	// ErrNoTx is returned by the inbox middleware when the message context carries no
+	// outbox transaction (publisher's Middleware must run around it).
+	ErrNoTx = errors.New("outbox: inbox: no outbox transaction in the message context")
+)

@@ -20,8 +20,9 @@ type Options struct {
 	// Schema holds the tables; "" selects the connection's default (MySQL: the database
 	// of the DSN; PostgreSQL: the search path; SQL Server: dbo).
 	Schema string
-	// TablePrefix is prepended to the three table names: "outbox" (the rows),
-	// "outbox_lanes" (lane leases) and "outbox_nodes" (forwarder heartbeats).
+	// TablePrefix is prepended to the table names: "outbox" (the rows), "outbox_lanes"
+	// (lane leases), "outbox_nodes" (forwarder heartbeats), "inbox" (message UUIDs
+	// consumers applied, package inbox) and "inbox_lease" (its retention lease).
 	TablePrefix string
 	// Lanes is the number of ordering lanes (default LanesDefault). Changing it requires
 	// draining the table first: ordering keys would map to other lanes.
@@ -68,3 +69,13 @@ func (o Options) SameTable(other Options) bool {
 func (o Options) OutboxTable() string { return o.TablePrefix + "outbox" }
 func (o Options) LanesTable() string  { return o.TablePrefix + "outbox_lanes" }
 func (o Options) NodesTable() string  { return o.TablePrefix + "outbox_nodes" }
+func (o Options) InboxTable() string  { return o.TablePrefix + "inbox" }
+func (o Options) InboxLeaseTable() string {
+	return o.TablePrefix + "inbox_lease"
+}
+
+// TableNames lists every table the dialects' schema scripts create for o (unquoted),
+// for tools and tests that drop them.
+func (o Options) TableNames() []string {
+	return []string{o.OutboxTable(), o.LanesTable(), o.NodesTable(), o.InboxTable(), o.InboxLeaseTable()}
+}

@@ -108,7 +108,7 @@ func newTable(t testing.TB, d dialect, laneCount int) *table {
 	}
 	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 		var errs []error
-		for _, name := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+		for _, name := range opts.TableNames() {
 			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.qualify(opts, name)); err != nil {
 				errs = append(errs, fmt.Errorf("drop %s: %w", name, err))
 			}

@@ -26,5 +26,7 @@ func ExampleCreateScript() {
 	// CREATE TABLE IF NOT EXISTS `shop`.`orders_outbox` (
 	// CREATE TABLE IF NOT EXISTS `shop`.`orders_outbox_lanes` (
 	// CREATE TABLE IF NOT EXISTS `shop`.`orders_outbox_nodes` (
+	// CREATE TABLE IF NOT EXISTS `shop`.`orders_inbox` (
+	// CREATE TABLE IF NOT EXISTS `shop`.`orders_inbox_lease` (
 	// outbox: invalid options: TablePrefix: contains the supplementary character U+1F4E6; MySQL identifiers allow only BMP characters (U+0001..U+FFFF)
 }

@@ -31,3 +31,18 @@ func HotStatements(s *Store, lane int, now time.Time, limit int) map[string]stri
 
 // Translate is the driver-error translation every method applies at its edge.
 var Translate = translate
+
+// InboxStatements returns the inbox's record and prune statements as the store sends
+// them (values inlined), for EXPLAIN and handler counters.
+func InboxStatements(s *Store, consumer, uuid string, at time.Time, limit int) map[string]string {
+	a, err := timeArg(at)
+	if err != nil {
+		panic(err)
+	}
+	return map[string]string{
+		"record": bind(s.q.inboxRecord, consumer, uuid, a),
+		"lookup": "SELECT 1 FROM " + s.q.inboxTable() + " WHERE consumer = " + string(appendLiteral(nil, consumer)) +
+			" AND message_uuid = " + string(appendLiteral(nil, uuid)),
+		"prune": bind(s.q.inboxPrune, a, int64(limit)),
+	}
+}

@@ -104,16 +104,19 @@ func TestCreateScript(t *testing.T) {
 		"CHECK (attempts >= 0)",
 		"CHECK (status IN ('pending', 'parked'))",
 		"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+		"CREATE TABLE IF NOT EXISTS `app``db`.`orders``x_inbox` (",
+		"CREATE TABLE IF NOT EXISTS `app``db`.`orders``x_inbox_lease` (",
+		"PRIMARY KEY (consumer, message_uuid)",
 	} {
 		if !strings.Contains(script, want) {
 			t.Errorf("script lacks %q", want)
 		}
 	}
-	if n := strings.Count(script, "CREATE TABLE IF NOT EXISTS"); n != 3 {
-		t.Errorf("script has %d CREATE TABLE statements, want 3", n)
+	if n := strings.Count(script, "CREATE TABLE IF NOT EXISTS"); n != 5 {
+		t.Errorf("script has %d CREATE TABLE statements, want 5", n)
 	}
-	if n := strings.Count(script, ";\n"); n != 3 {
-		t.Errorf("script has %d statement terminators, want 3", n)
+	if n := strings.Count(script, ";\n"); n != 5 {
+		t.Errorf("script has %d statement terminators, want 5", n)
 	}
 	// Without a schema the names are unqualified.
 	script, err = mysql.CreateScript(outbox.Options{})
@@ -617,7 +620,7 @@ func TestInsertPathsRoundTrip(t *testing.T) {
 func dropTables(t testing.TB, db *sql.DB, opts outbox.Options) {
 	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 		var errs []error
-		for _, table := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+		for _, table := range opts.TableNames() {
 			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+mysql.QualifiedTable(opts, table)); err != nil {
 				errs = append(errs, fmt.Errorf("drop %s: %w", table, err))
 			}

@@ -39,6 +39,10 @@ type queries struct {
 	leaseRelease, leases                                           string
 
 	heartbeat, members, leave string
+
+	inbox                                                              string // quoted, qualified
+	inboxRecord, inboxPrune, inboxStats                                string
+	inboxLeaseLock, inboxLeaseInsert, inboxLeaseSet, inboxLeaseRelease string
 }
 
 // eligibleWhere: pending, due, and no live claim. Parameters: now, now.
@@ -116,5 +120,19 @@ func newQueries(n names) *queries {
 	q.heartbeat = fmt.Sprintf(`INSERT INTO %s (owner, expires_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE expires_at = ?`, n.nodes)
 	q.members = fmt.Sprintf(`SELECT owner FROM %s WHERE expires_at > ? ORDER BY owner`, n.nodes)
 	q.leave = fmt.Sprintf(`DELETE FROM %s WHERE owner = ?`, n.nodes)
+
+	// A plain INSERT: a concurrent uncommitted insert of the same key makes it wait on
+	// that row's lock; then it fails with 1062 (committed) or succeeds (rolled back).
+	// INSERT IGNORE would turn other errors into warnings too.
+	q.inbox = n.inbox
+	q.inboxRecord = fmt.Sprintf(`INSERT INTO %s (consumer, message_uuid, processed_at) VALUES (?, ?, ?)`, n.inbox)
+	q.inboxPrune = fmt.Sprintf(`DELETE FROM %s WHERE processed_at < ? ORDER BY processed_at LIMIT ?`, n.inbox)
+	q.inboxStats = fmt.Sprintf(`SELECT consumer, COUNT(*), CAST(MIN(processed_at) AS CHAR) FROM %s GROUP BY consumer`, n.inbox)
+	q.inboxLeaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE name = 'retention' FOR UPDATE`, n.inboxLease)
+	q.inboxLeaseInsert = fmt.Sprintf(`INSERT INTO %s (name, owner, token, expires_at) VALUES ('retention', ?, ?, ?)`, n.inboxLease)
+	q.inboxLeaseSet = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE name = 'retention'`, n.inboxLease)
+	q.inboxLeaseRelease = fmt.Sprintf(`DELETE FROM %s WHERE name = 'retention' AND token = ?`, n.inboxLease)
 	return q
 }
+
+func (q *queries) inboxTable() string { return q.inbox }

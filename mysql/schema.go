@@ -80,6 +80,7 @@ func checkIdentifier(field, s string, max int) error {
 // names holds the quoted identifiers of one outbox.
 type names struct {
 	outbox, lanes, nodes string // quoted and qualified
+	inbox, inboxLease    string // quoted and qualified
 }
 
 func newNames(opts outbox.Options) names {
@@ -87,6 +88,9 @@ func newNames(opts outbox.Options) names {
 		outbox: QualifiedTable(opts, opts.OutboxTable()),
 		lanes:  QualifiedTable(opts, opts.LanesTable()),
 		nodes:  QualifiedTable(opts, opts.NodesTable()),
+
+		inbox:      QualifiedTable(opts, opts.InboxTable()),
+		inboxLease: QualifiedTable(opts, opts.InboxLeaseTable()),
 	}
 }
 
@@ -94,7 +98,8 @@ func newNames(opts outbox.Options) names {
 const zero16 = "X'00000000000000000000000000000000'"
 
 // CreateScript returns idempotent DDL for the outbox of opts: the rows table, the
-// lane-lease table and the heartbeat table, with their indexes and CHECK constraints.
+// lane-lease table, the heartbeat table and the inbox tables (entries and retention
+// lease), with their indexes and CHECK constraints.
 // Statements end with ";" and a newline; it never creates a database and never alters an
 // existing table. Invalid options give an error wrapping outbox.ErrInvalidOptions.
 func CreateScript(opts outbox.Options) (string, error) {
@@ -165,7 +170,31 @@ func createStatements(n names) []string {
     PRIMARY KEY (owner)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, n.nodes, maxOwner)
 
-	return []string{outboxTable, lanesTable, nodesTable}
+	return []string{outboxTable, lanesTable, nodesTable, inboxTable(n), inboxLeaseTable(n)}
+}
+
+// inboxTable: one row per (consumer, message UUID) applied. Both are VARBINARY so that
+// they compare byte for byte (utf8mb4_bin pads spaces). Recording is an insert into the
+// primary key; ix_processed_at serves retention (oldest first) and nothing else.
+func inboxTable(n names) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+    consumer     VARBINARY(%[2]d) NOT NULL,
+    message_uuid VARBINARY(%[2]d) NOT NULL,
+    processed_at DATETIME(6)     NOT NULL,
+    PRIMARY KEY (consumer, message_uuid),
+    KEY ix_processed_at (processed_at)
+) ENGINE=InnoDB`, n.inbox, outbox.InboxKeyMaxBytes)
+}
+
+// inboxLeaseTable holds the retention lease: one row named 'retention'.
+func inboxLeaseTable(n names) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+    name       VARCHAR(64)  NOT NULL,
+    owner      VARCHAR(%[2]d) NOT NULL DEFAULT '',
+    token      BINARY(16)   NOT NULL,
+    expires_at DATETIME(6)  NOT NULL,
+    PRIMARY KEY (name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, n.inboxLease, maxOwner)
 }
 
 // validUTF8Max reports whether s is valid UTF-8 of at most max characters.

@@ -18,9 +18,11 @@
 //
 // Every rule of the contract is one parallel subtest (Run's groups: Schema, RoundTrip,
 // Read, Eligibility, Claim, Ordered, Renew, Complete, Release, Fail, Park, Parked, Stats, Lease,
-// Members, Insert, Corrupt, Errors), each in its own tables (a fresh prefix from
+// Members, Insert, Corrupt, Errors, LockedBatch, Inbox), each in its own tables (a fresh prefix from
 // internal/testenv, created through Store.CreateSchema and dropped at the end), so a
-// failure names the rule and the dialect, and -run selects one rule.
+// failure names the rule and the dialect, and -run selects one rule. The Inbox group
+// requires the store to implement outbox.Inbox (the inbox table, its concurrent
+// deliveries, retention and lease).
 //
 // Every instant the suite gives a store derives from [BaseTime]; only new IDs read the
 // wall clock. Boundaries are therefore exact: a row due at now is eligible and one due a

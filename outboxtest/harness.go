@@ -24,11 +24,11 @@ type Harness struct {
 	// Placeholder returns the dialect's n-th (1-based) bind parameter: "?", "$1", "@p1".
 	Placeholder func(n int) string
 	// QualifiedTable returns the quoted, schema-qualified name of table, an unquoted
-	// table name of opts: opts.OutboxTable(), opts.LanesTable(), opts.NodesTable(), or
-	// opts.TablePrefix+"business" (a table the suite creates itself).
+	// table name of opts: one of opts.TableNames(), or opts.TablePrefix+"business" (a
+	// table the suite creates itself).
 	QualifiedTable func(opts outbox.Options, table string) string
 	// DropTables removes the tables of opts (cleanup); nil means DROP TABLE IF EXISTS of
-	// the three names through QualifiedTable.
+	// opts.TableNames() through QualifiedTable.
 	DropTables func(db *sql.DB, opts outbox.Options) error
 
 	// InvalidPrefixes lists table prefixes the dialect must reject at construction, each

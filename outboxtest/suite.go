@@ -69,6 +69,7 @@ func groups() []group {
 		{"Errors", errorTests()},
 		{"Arguments", argumentTests()},
 		{"LockedBatch", lockedBatchTests()},
+		{"Inbox", inboxTests()},
 	}
 }
 
@@ -133,7 +134,7 @@ func (e *env) drop() {
 		}
 		return
 	}
-	for _, name := range []string{e.opts.OutboxTable(), e.opts.LanesTable(), e.opts.NodesTable()} {
+	for _, name := range e.opts.TableNames() {
 		if _, err := e.h.DB.ExecContext(ctx, "DROP TABLE IF EXISTS "+e.table(name)); err != nil {
 			e.t.Errorf("drop %s: %v", name, err)
 		}

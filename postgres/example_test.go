@@ -34,6 +34,9 @@ func Example_createScript() {
 	// CREATE INDEX IF NOT EXISTS "orders_outbox_claim_ix" ON "messaging"."orders_outbox"
 	// CREATE TABLE IF NOT EXISTS "messaging"."orders_outbox_lanes"
 	// CREATE TABLE IF NOT EXISTS "messaging"."orders_outbox_nodes"
+	// CREATE TABLE IF NOT EXISTS "messaging"."orders_inbox"
+	// CREATE INDEX IF NOT EXISTS "orders_inbox_age_ix" ON "messaging"."orders_inbox"
+	// CREATE TABLE IF NOT EXISTS "messaging"."orders_inbox_lease"
 }
 
 // Invalid options are refused with an error naming the field.

@@ -63,7 +63,7 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 	}
 	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 		var errs []error
-		for _, tbl := range []string{s.n().outbox, s.n().lanes, s.n().nodes} {
+		for _, tbl := range []string{s.n().outbox, s.n().lanes, s.n().nodes, s.n().inbox, s.n().inboxLease} {
 			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+tbl); err != nil {
 				errs = append(errs, err)
 			}

@@ -58,7 +58,7 @@ func newStore(t testing.TB, db *sql.DB, opts outbox.Options) *postgres.Store {
 	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 		o := s.Options()
 		var errs []error
-		for _, tbl := range []string{o.OutboxTable(), o.LanesTable(), o.NodesTable()} {
+		for _, tbl := range o.TableNames() {
 			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+postgres.QualifiedTable(o, tbl)); err != nil {
 				errs = append(errs, fmt.Errorf("drop %s: %w", tbl, err))
 			}

@@ -71,6 +71,9 @@ type queries struct {
 
 	acquireLease, renewLease, releaseLease, leases string
 	heartbeat, members, leave                      string
+
+	inboxRecord, inboxPrune, inboxStats string
+	inboxAcquire, inboxRelease          string
 }
 
 const (
@@ -193,6 +196,24 @@ func newQueries(n names) *queries {
 	// COLLATE "C" sorts by bytes, as Go sorts strings.
 	q.members = `SELECT owner FROM ` + n.nodes + ` WHERE expires_at > $1 ORDER BY owner COLLATE "C"`
 	q.leave = `DELETE FROM ` + n.nodes + ` WHERE owner = $1`
+
+	// ON CONFLICT DO NOTHING waits for a concurrent inserter of the same key and then
+	// sees its outcome: nothing inserted after its commit, our row after its rollback.
+	// Unlike a unique violation it leaves the transaction usable.
+	q.inboxRecord = `INSERT INTO ` + n.inbox + ` (consumer, message_uuid, processed_at) VALUES ($1, $2, $3) ` +
+		`ON CONFLICT (consumer, message_uuid) DO NOTHING`
+	// Entries are never updated, so their ctids are stable: "= ANY(ARRAY(...))" pins the
+	// delete to a TID scan of the batch the age index yields, in the generic plan too (a
+	// join let the generic plan scan the whole table).
+	q.inboxPrune = `DELETE FROM ` + n.inbox + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + n.inbox +
+		` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
+	q.inboxStats = `SELECT consumer, count(*), min(processed_at) FROM ` + n.inbox + ` GROUP BY consumer ORDER BY consumer`
+	// $1 owner, $2 token, $3 now, $4 until.
+	q.inboxAcquire = `INSERT INTO ` + n.inboxLease + ` AS l (name, owner, token, expires_at) VALUES ('retention', $1, $2, $4) ` +
+		`ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, ` +
+		`expires_at = GREATEST(l.expires_at, EXCLUDED.expires_at) ` +
+		`WHERE l.expires_at <= $3 OR l.token = EXCLUDED.token`
+	q.inboxRelease = `DELETE FROM ` + n.inboxLease + ` WHERE name = 'retention' AND token = $1`
 	return q
 }
 

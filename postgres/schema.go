@@ -23,10 +23,14 @@ const (
 	suffixParkedIx  = "outbox_parked_ix"  // parked rows by id (ListParked, Purge, Requeue)
 	suffixParkKeyIx = "outbox_parkkey_ix" // parked rows by key (HoldParkedKeys, key filters)
 	suffixClaimIx   = "outbox_claim_ix"   // live claims by token (Renew and Release without ids)
+	suffixInbox     = "inbox"             // message UUIDs consumers applied
+	suffixInboxAge  = "inbox_age_ix"      // inbox entries by processed_at (retention)
+	suffixInboxLock = "inbox_lease"       // the inbox's retention lease
 )
 
 var generatedSuffixes = []string{
 	suffixOutbox, suffixLanes, suffixNodes, suffixLaneIx, suffixDueIx, suffixParkedIx, suffixParkKeyIx, suffixClaimIx,
+	suffixInbox, suffixInboxAge, suffixInboxLock,
 }
 
 // MaxTablePrefixBytes is the longest table prefix, in bytes, whose generated table and
@@ -47,6 +51,8 @@ type names struct {
 	outbox, lanes, nodes           string // quoted, qualified
 	laneIx, dueIx, parkedIx, keyIx string // quoted
 	claimIx                        string // quoted
+	inbox, inboxLease              string // quoted, qualified
+	inboxAgeIx                     string // quoted
 }
 
 // validateOptions applies defaults, the dialect-independent rules and PostgreSQL's
@@ -83,6 +89,9 @@ func newNames(opts outbox.Options) names {
 	n.parkedIx = quoteIdent(p + suffixParkedIx)
 	n.keyIx = quoteIdent(p + suffixParkKeyIx)
 	n.claimIx = quoteIdent(p + suffixClaimIx)
+	n.inbox = qualify(p + suffixInbox)
+	n.inboxLease = qualify(p + suffixInboxLock)
+	n.inboxAgeIx = quoteIdent(p + suffixInboxAge)
 	return n
 }
 
@@ -100,8 +109,8 @@ func QualifiedTable(opts outbox.Options, table string) string {
 const zeroBytes16 = `decode('00000000000000000000000000000000', 'hex')`
 
 // CreateScript returns idempotent DDL for the outbox of opts: the schema (only when
-// opts.Schema is set), the rows table, the lane-lease table, the heartbeat table and the
-// indexes of the hot reads. It can run any number of times; it never alters an existing
+// opts.Schema is set), the rows table, the lane-lease table, the heartbeat table, the
+// indexes of the hot reads, and the inbox tables (entries and retention lease). It can run any number of times; it never alters an existing
 // table. Invalid options give an error wrapping outbox.ErrInvalidOptions.
 func CreateScript(opts outbox.Options) (string, error) {
 	opts, err := validateOptions(opts)
@@ -170,5 +179,22 @@ func createScript(n names) string {
     expires_at timestamptz NOT NULL
 );
 `, n.nodes)
+	// The inbox: recording is an insert into the primary key (ON CONFLICT DO NOTHING);
+	// COLLATE "C" compares and sorts bytes, as Go does. The age index serves retention.
+	fmt.Fprintf(&b, `CREATE TABLE IF NOT EXISTS %s (
+    consumer     text COLLATE "C" NOT NULL,
+    message_uuid text COLLATE "C" NOT NULL,
+    processed_at timestamptz NOT NULL,
+    PRIMARY KEY (consumer, message_uuid)
+);
+`, n.inbox)
+	fmt.Fprintf(&b, "CREATE INDEX IF NOT EXISTS %s ON %s (processed_at);\n", n.inboxAgeIx, n.inbox)
+	fmt.Fprintf(&b, `CREATE TABLE IF NOT EXISTS %s (
+    name       text        NOT NULL PRIMARY KEY,
+    owner      text        NOT NULL,
+    token      bytea       NOT NULL CHECK (octet_length(token) = 16 AND token <> %s),
+    expires_at timestamptz NOT NULL
+);
+`, n.inboxLease, zeroBytes16)
 	return b.String()
 }

@@ -120,6 +120,8 @@
 // Messages a forwarder emitted pass through untouched, without a transaction, so the
 // middleware may be installed router-wide on the router that also runs the forwarder.
 // Middleware order (Retry before it, CorrelationID after it) is in the method's doc.
+// Package inbox's middleware, added after this one, deduplicates the incoming messages in
+// the same transaction (an exactly-once effect per consumer).
 //
 // # One publisher for the whole application
 //

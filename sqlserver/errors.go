@@ -19,7 +19,16 @@ const (
 	// statements never run under SNAPSHOT, but Insert runs in the caller's transaction,
 	// which may; the whole unit may succeed when run again.
 	errSnapshotConflict = 3960
+
+	errUniqueConstraint = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
+	errUniqueIndex      = 2601 // duplicate key row in a unique index
 )
+
+// isDuplicateKey reports a unique key violation.
+func isDuplicateKey(err error) bool {
+	e, ok := serverError(err)
+	return ok && (hasNumber(e, errUniqueConstraint) || hasNumber(e, errUniqueIndex))
+}
 
 // serverError returns the SQL Server error in err's chain, if any. go-mssqldb returns
 // mssql.Error by value; a pointer is accepted too in case a wrapper takes its address.

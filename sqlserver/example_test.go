@@ -31,6 +31,9 @@ func ExampleCreateScript() {
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_claims' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
 	// IF OBJECT_ID(N'[messaging].[orders_outbox_lanes]', N'U') IS NULL
 	// IF OBJECT_ID(N'[messaging].[orders_outbox_nodes]', N'U') IS NULL
+	// IF OBJECT_ID(N'[messaging].[orders_inbox]', N'U') IS NULL
+	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_inbox_ix_age' AND object_id = OBJECT_ID(N'[messaging].[orders_inbox]'))
+	// IF OBJECT_ID(N'[messaging].[orders_inbox_lease]', N'U') IS NULL
 }
 
 // Names are bracket-quoted by one helper; a ] in a name is doubled, never an end.

@@ -104,6 +104,9 @@ type names struct {
 
 	lanesPK, ckLanesLane, ckLanesToken string
 	nodesPK                            string
+
+	inbox, inboxPK, inboxAgeIx               string
+	inboxLease, inboxLeasePK, ckInboxLeaseTk string
 }
 
 func newNames(o outbox.Options) names {
@@ -130,6 +133,12 @@ func newNames(o outbox.Options) names {
 	n.ckLanesLane = n.lanes + "_ck_lane"
 	n.ckLanesToken = n.lanes + "_ck_token"
 	n.nodesPK = n.nodes + "_pk"
+	n.inbox = o.InboxTable()
+	n.inboxPK = n.inbox + "_pk"
+	n.inboxAgeIx = n.inbox + "_ix_age"
+	n.inboxLease = o.InboxLeaseTable()
+	n.inboxLeasePK = n.inboxLease + "_pk"
+	n.ckInboxLeaseTk = n.inboxLease + "_ck_token"
 	return n
 }
 
@@ -141,6 +150,7 @@ func (n names) all() []string {
 		n.dfMessageUUID, n.dfTransport, n.dfAttempts, n.dfStatus,
 		n.ixPending, n.ixParked, n.ixClaims,
 		n.lanesPK, n.ckLanesLane, n.ckLanesToken, n.nodesPK,
+		n.inbox, n.inboxPK, n.inboxAgeIx, n.inboxLease, n.inboxLeasePK, n.ckInboxLeaseTk,
 	}
 }
 

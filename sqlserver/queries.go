@@ -74,6 +74,9 @@ type queries struct {
 	purgeAll, purgeKey, purgeNullKey         string
 	acquireLease, renewLease, releaseLease   string
 	leases, heartbeat, members, leave        string
+
+	inboxRecord, inboxPrune, inboxStats string
+	inboxAcquire, inboxRelease          string
 }
 
 func newQueries(n names) *queries {
@@ -155,6 +158,25 @@ func newQueries(n names) *queries {
 		"WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, @until);"
 	q.members = "SELECT owner FROM " + q.nodes + " WHERE expires_at > @now"
 	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = @owner"
+
+	inbox := s + quoteIdent(n.inbox)
+	lease := s + quoteIdent(n.inboxLease)
+	// A plain INSERT: a concurrent uncommitted insert of the same key makes it wait on
+	// that key's lock; then it fails with 2627 (committed: a duplicate) or succeeds
+	// (rolled back). XACT_ABORT OFF (reverted when the parameterised batch ends) keeps
+	// the duplicate error statement-level, so the caller's transaction stays usable
+	// whatever its session sets.
+	q.inboxRecord = "SET XACT_ABORT OFF;\nINSERT INTO " + inbox + " (consumer, message_uuid, processed_at) VALUES (@consumer, @uuid, @at)"
+	// Oldest first (DELETE TOP alone takes any rows): the batch is a CTE ordered by the
+	// age index; READPAST passes over entries an open transaction holds.
+	q.inboxPrune = counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM ") + inbox +
+		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch"
+	q.inboxStats = "SELECT consumer, COUNT_BIG(*), MIN(processed_at) FROM " + inbox + " GROUP BY consumer"
+	q.inboxAcquire = counted("MERGE ") + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
+		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
+		"expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END " +
+		"WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, " + binParam("tok") + ", @until);"
+	q.inboxRelease = counted("DELETE FROM ") + lease + " WHERE name = 'retention' AND token = " + binParam("tok")
 	return q
 }
 

@@ -1,6 +1,11 @@
 package sqlserver
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
 
 // CreateScript returns idempotent T-SQL that creates the outbox's tables and indexes
 // (and its schema when opts.CreateSchema is set): existing objects are left as they
@@ -107,5 +112,38 @@ func createStatements(opts Options) []string {
 		"        expires_at datetimeoffset(7) NOT NULL,\n"+
 		"        CONSTRAINT "+q(n.nodesPK)+" PRIMARY KEY CLUSTERED (owner)\n"+
 		"    );")
-	return stmts
+	return append(stmts, inboxStatements(n)...)
+}
+
+// inboxStatements creates the inbox (one row per consumer and message UUID applied) and
+// its retention lease. The keys are varbinary (UTF-8 bytes), compared byte for byte as
+// Go compares strings (nvarchar '=' ignores trailing spaces); two of 400 bytes stay
+// within the 900-byte clustered key limit.
+func inboxStatements(n names) []string {
+	q := quoteIdent
+	schema := q(n.schema)
+	inbox := schema + "." + q(n.inbox)
+	lease := schema + "." + q(n.inboxLease)
+	size := strconv.Itoa(outbox.InboxKeyMaxBytes)
+	return []string{
+		"IF OBJECT_ID(" + quoteString(inbox) + ", N'U') IS NULL\n" +
+			"    CREATE TABLE " + inbox + " (\n" +
+			"        consumer varbinary(" + size + ") NOT NULL,\n" +
+			"        message_uuid varbinary(" + size + ") NOT NULL,\n" +
+			"        processed_at datetimeoffset(7) NOT NULL,\n" +
+			"        CONSTRAINT " + q(n.inboxPK) + " PRIMARY KEY CLUSTERED (consumer, message_uuid)\n" +
+			"    );",
+		"IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = " + quoteString(n.inboxAgeIx) +
+			" AND object_id = OBJECT_ID(" + quoteString(inbox) + "))\n" +
+			"    CREATE INDEX " + q(n.inboxAgeIx) + " ON " + inbox + " (processed_at);",
+		"IF OBJECT_ID(" + quoteString(lease) + ", N'U') IS NULL\n" +
+			"    CREATE TABLE " + lease + " (\n" +
+			"        name varchar(64) NOT NULL,\n" +
+			"        owner nvarchar(400) NOT NULL,\n" +
+			"        token binary(16) NOT NULL,\n" +
+			"        expires_at datetimeoffset(7) NOT NULL,\n" +
+			"        CONSTRAINT " + q(n.inboxLeasePK) + " PRIMARY KEY CLUSTERED (name),\n" +
+			"        CONSTRAINT " + q(n.ckInboxLeaseTk) + " CHECK (token <> " + zeroBinary16 + ")\n" +
+			"    );",
+	}
 }

@@ -141,7 +141,7 @@ func dropTables(t *testing.T, driver, dsn, prefix string, tables ...string) {
 	})
 }
 
-var outboxTables = []string{"outbox", "outbox_lanes", "outbox_nodes"}
+var outboxTables = []string{"outbox", "outbox_lanes", "outbox_nodes", "inbox", "inbox_lease"}
 
 // quickstartSummary are the summary lines of a successful quickstart run.
 var quickstartSummary = []string{
@@ -290,6 +290,26 @@ func TestRabbitMQ(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	dropTables(t, "mysql", dsn, prefix, outboxTables...)
 	mustSucceed(t, run(t, "rabbitmq", "-dsn", dsn, "-amqp-url", url, "-prefix", prefix), "OK: rabbitmq:")
+}
+
+// Two services over RabbitMQ: B consumes with the inbox and publishes through the
+// outbox; a redelivered message is charged once.
+func TestInboxPipeline(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.DSN(t, testenv.MySQL)
+	url := testenv.DSN(t, testenv.AMQP)
+	prefix := testenv.Prefix(t)
+	var tables []string
+	for _, svc := range []string{"a_", "b_"} {
+		for _, tb := range outboxTables {
+			tables = append(tables, svc+tb)
+		}
+	}
+	dropTables(t, "mysql", dsn, prefix, append(tables, "b_payments")...)
+	mustSucceed(t, run(t, "inbox-pipeline", "-dsn", dsn, "-amqp-url", url, "-prefix", prefix),
+		"service B charged 5 payments (5 rows), skipped 1 duplicate",
+		"the sink received 5 PaymentCharged messages for 5 orders",
+		"OK: inbox-pipeline:")
 }
 
 // The kafka example is written for the compose broker; here it runs against an

@@ -48,8 +48,11 @@ func schemaApply(ctx context.Context, o *opts, w io.Writer) error {
 		return fmt.Errorf("schema apply on %s: %s", o.where(), o.scrub(err))
 	}
 	opts := o.options()
-	fmt.Fprintf(w, "schema applied on %s: %s, %s, %s\n", o.where(),
-		qualified(o, opts.OutboxTable()), qualified(o, opts.LanesTable()), qualified(o, opts.NodesTable()))
+	names := make([]string, 0, 5)
+	for _, table := range opts.TableNames() {
+		names = append(names, qualified(o, table))
+	}
+	fmt.Fprintf(w, "schema applied on %s: %s\n", o.where(), strings.Join(names, ", "))
 	return nil
 }
 
@@ -74,6 +77,63 @@ type statsJSON struct {
 	MaxLane      *int       `json:"max_lane"` // greatest lane in the table; null = no ordered rows
 	LaneMismatch bool       `json:"lane_mismatch"`
 	PerLane      []laneJSON `json:"per_lane"`
+	Inbox        *inboxJSON `json:"inbox"` // null: no inbox table (created by schema apply)
+}
+
+// inboxJSON is the size of the inbox table. Skipped duplicates are counted by the
+// consuming processes (inbox.Metrics), not stored: they are not here.
+type inboxJSON struct {
+	Table        string              `json:"table"`
+	Entries      int64               `json:"entries"`
+	OldestAgeSec float64             `json:"oldest_age_seconds"`
+	Consumers    []inboxConsumerJSON `json:"consumers"`
+}
+
+type inboxConsumerJSON struct {
+	Consumer     string    `json:"consumer"`
+	Entries      int64     `json:"entries"`
+	Oldest       time.Time `json:"oldest"`
+	OldestAgeSec float64   `json:"oldest_age_seconds"`
+}
+
+// inboxStats reads the inbox table's size; nil when the store has no inbox or its table
+// does not exist (an outbox deployed before the inbox).
+func inboxStats(ctx context.Context, t *target, now time.Time) (*inboxJSON, error) {
+	in, ok := t.store.(outbox.Inbox)
+	if !ok {
+		return nil, nil
+	}
+	st, err := in.InboxStats(ctx)
+	if missingTable(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, t.explain(ctx, err)
+	}
+	out := &inboxJSON{Table: qualified(t.o, t.o.options().InboxTable()), Entries: st.Entries(), Consumers: []inboxConsumerJSON{}}
+	for _, c := range st.Consumers {
+		a := max(0, now.Sub(c.Oldest).Seconds())
+		out.Consumers = append(out.Consumers, inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Oldest: c.Oldest.UTC(), OldestAgeSec: a})
+		out.OldestAgeSec = max(out.OldestAgeSec, a)
+	}
+	return out, nil
+}
+
+func printInbox(w io.Writer, in *inboxJSON) error {
+	if in == nil {
+		fmt.Fprintln(w, "\ninbox     no table (outboxctl schema apply creates it)")
+		return nil
+	}
+	fmt.Fprintf(w, "\ninbox %s: %d entries, oldest %s\n", in.Table, in.Entries, age(in.OldestAgeSec))
+	if len(in.Consumers) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tENTRIES\tOLDEST AGE")
+	for _, c := range in.Consumers {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", c.Consumer, c.Entries, age(c.OldestAgeSec))
+	}
+	return tw.Flush()
 }
 
 func stats(ctx context.Context, o *opts, w io.Writer) error {
@@ -94,6 +154,9 @@ func stats(ctx context.Context, o *opts, w io.Writer) error {
 	out := statsJSON{
 		Table: qualified(o, o.options().OutboxTable()), Dialect: o.dialect, Lanes: o.lanes,
 		Now: now, Parked: st.Parked, PerLane: []laneJSON{},
+	}
+	if out.Inbox, err = inboxStats(ctx, t, now); err != nil {
+		return err
 	}
 	if maxLane != outbox.Unordered {
 		out.MaxLane = &maxLane
@@ -127,7 +190,7 @@ func stats(ctx context.Context, o *opts, w io.Writer) error {
 	}
 	if len(out.PerLane) == 0 {
 		fmt.Fprintln(w, "no eligible rows")
-		return nil
+		return printInbox(w, out.Inbox)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nLANE\tELIGIBLE\tOLDEST AGE")
@@ -138,7 +201,10 @@ func stats(ctx context.Context, o *opts, w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", lane, l.Eligible, age(l.OldestAgeSec))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printInbox(w, out.Inbox)
 }
 
 func age(sec float64) string {

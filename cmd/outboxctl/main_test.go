@@ -154,7 +154,7 @@ func TestLive(t *testing.T) {
 			o := &opts{dialect: d.name, prefix: prefix, lanes: outbox.LanesDefault}
 			testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 				var errs []error
-				for _, tbl := range []string{o.options().OutboxTable(), o.options().LanesTable(), o.options().NodesTable()} {
+				for _, tbl := range o.options().TableNames() {
 					if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+qualified(o, tbl)); err != nil {
 						errs = append(errs, err)
 					}
@@ -181,6 +181,9 @@ func TestLive(t *testing.T) {
 			st := decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t))
 			if st.Eligible != 0 || st.Parked != 0 || len(st.PerLane) != 0 || st.MaxLane != nil {
 				t.Fatalf("empty table stats: %+v", st)
+			}
+			if st.Inbox == nil || st.Inbox.Entries != 0 || len(st.Inbox.Consumers) != 0 {
+				t.Fatalf("empty inbox stats: %+v", st.Inbox)
 			}
 
 			// Three rows of key "k1", two unordered, one of key "k2".
@@ -224,8 +227,28 @@ func TestLive(t *testing.T) {
 			if st.MaxLane == nil || *st.MaxLane != max(k1, k2) || st.LaneMismatch {
 				t.Errorf("max lane %v, mismatch %v", st.MaxLane, st.LaneMismatch)
 			}
+			// Three inbox entries of two consumers.
+			if in, ok := store.(outbox.Inbox); ok {
+				tx, err := db.Begin()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range [][2]string{{"billing", "m1"}, {"billing", "m2"}, {"shipping", "m1"}} {
+					if _, err := in.RecordInbox(ctx, tx, e[0], e[1], time.Now().Add(-time.Hour)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				st = decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t))
+				if st.Inbox == nil || st.Inbox.Entries != 3 || len(st.Inbox.Consumers) != 2 || st.Inbox.Consumers[0].Consumer != "billing" ||
+					st.Inbox.Consumers[0].Entries != 2 || st.Inbox.OldestAgeSec < 3500 {
+					t.Fatalf("inbox stats: %+v", st.Inbox)
+				}
+			}
 			table := ctl(t, with("stats")...).ok(t).stdout
-			for _, w := range []string{"backlog   6 eligible rows", "LANE", "unordered", "parked    0 rows"} {
+			for _, w := range []string{"backlog   6 eligible rows", "LANE", "unordered", "parked    0 rows", "3 entries", "CONSUMER", "billing"} {
 				if !strings.Contains(table, w) {
 					t.Errorf("stats table lacks %q:\n%s", w, table)
 				}
@@ -357,7 +380,7 @@ func TestPasswordNeverPrinted(t *testing.T) {
 	db, err := sql.Open("pgx", dsn)
 	if err == nil {
 		o := &opts{dialect: "postgres", prefix: prefix, lanes: outbox.LanesDefault}
-		for _, tbl := range []string{o.options().OutboxTable(), o.options().LanesTable(), o.options().NodesTable()} {
+		for _, tbl := range o.options().TableNames() {
 			_, _ = db.Exec("DROP TABLE IF EXISTS " + qualified(o, tbl))
 		}
 		db.Close()

@@ -98,7 +98,7 @@ func (e Engine) Table(t testing.TB, db *sql.DB, lanes int) outbox.Store {
 // Drop drops the tables of opts.
 func (e Engine) Drop(ctx context.Context, db *sql.DB, opts outbox.Options) error {
 	var errs []error
-	for _, tb := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+	for _, tb := range opts.TableNames() {
 		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+e.Qualify(opts, tb)); err != nil {
 			errs = append(errs, fmt.Errorf("drop %s: %w", tb, err))
 		}

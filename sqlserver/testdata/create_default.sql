@@ -64,3 +64,24 @@ IF OBJECT_ID(N'[dbo].[outbox_nodes]', N'U') IS NULL
         expires_at datetimeoffset(7) NOT NULL,
         CONSTRAINT [outbox_nodes_pk] PRIMARY KEY CLUSTERED (owner)
     );
+
+IF OBJECT_ID(N'[dbo].[inbox]', N'U') IS NULL
+    CREATE TABLE [dbo].[inbox] (
+        consumer varbinary(400) NOT NULL,
+        message_uuid varbinary(400) NOT NULL,
+        processed_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [inbox_pk] PRIMARY KEY CLUSTERED (consumer, message_uuid)
+    );
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'inbox_ix_age' AND object_id = OBJECT_ID(N'[dbo].[inbox]'))
+    CREATE INDEX [inbox_ix_age] ON [dbo].[inbox] (processed_at);
+
+IF OBJECT_ID(N'[dbo].[inbox_lease]', N'U') IS NULL
+    CREATE TABLE [dbo].[inbox_lease] (
+        name varchar(64) NOT NULL,
+        owner nvarchar(400) NOT NULL,
+        token binary(16) NOT NULL,
+        expires_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [inbox_lease_pk] PRIMARY KEY CLUSTERED (name),
+        CONSTRAINT [inbox_lease_ck_token] CHECK (token <> 0x00000000000000000000000000000000)
+    );

@@ -67,3 +67,24 @@ IF OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox_nodes]', N'U') IS NULL
         expires_at datetimeoffset(7) NOT NULL,
         CONSTRAINT [o]]'[_outbox_nodes_pk] PRIMARY KEY CLUSTERED (owner)
     );
+
+IF OBJECT_ID(N'[sch]]ema''].[o]]''[_inbox]', N'U') IS NULL
+    CREATE TABLE [sch]]ema'].[o]]'[_inbox] (
+        consumer varbinary(400) NOT NULL,
+        message_uuid varbinary(400) NOT NULL,
+        processed_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [o]]'[_inbox_pk] PRIMARY KEY CLUSTERED (consumer, message_uuid)
+    );
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'o]''[_inbox_ix_age' AND object_id = OBJECT_ID(N'[sch]]ema''].[o]]''[_inbox]'))
+    CREATE INDEX [o]]'[_inbox_ix_age] ON [sch]]ema'].[o]]'[_inbox] (processed_at);
+
+IF OBJECT_ID(N'[sch]]ema''].[o]]''[_inbox_lease]', N'U') IS NULL
+    CREATE TABLE [sch]]ema'].[o]]'[_inbox_lease] (
+        name varchar(64) NOT NULL,
+        owner nvarchar(400) NOT NULL,
+        token binary(16) NOT NULL,
+        expires_at datetimeoffset(7) NOT NULL,
+        CONSTRAINT [o]]'[_inbox_lease_pk] PRIMARY KEY CLUSTERED (name),
+        CONSTRAINT [o]]'[_inbox_lease_ck_token] CHECK (token <> 0x00000000000000000000000000000000)
+    );

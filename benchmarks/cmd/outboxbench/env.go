@@ -134,7 +134,7 @@ func (t *outboxTable) rows(ctx context.Context) (int64, error) {
 func (t *outboxTable) drop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, n := range []string{t.opts.OutboxTable(), t.opts.LanesTable(), t.opts.NodesTable()} {
+	for _, n := range t.opts.TableNames() {
 		_, _ = t.e.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t.e.quote(n))
 	}
 }

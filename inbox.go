@@ -1,0 +1,108 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// InboxKeyMaxBytes bounds a consumer name and a message UUID in the inbox table (UTF-8
+// bytes). Both are compared byte for byte on every engine (no case folding, no padding),
+// as Go compares strings.
+const InboxKeyMaxBytes = 400
+
+// Inbox is the optional capability of a Store that keeps the inbox table
+// (Options.InboxTable): the message UUIDs each consumer has applied. Package inbox builds
+// its router middleware and retention cleaner on it; the three dialects implement it and
+// package outboxtest holds its rules.
+//
+// Rules common to every method: instants are supplied by the caller and stored in UTC
+// at microsecond precision or better; database errors propagate (transient ones wrapped
+// in *RetryableError).
+type Inbox interface {
+	// RecordInbox inserts (consumer, messageUUID) at processedAt inside the caller's
+	// transaction and reports whether it is new (first). When another transaction has
+	// recorded the same pair and not finished, the call waits for it: after its commit it
+	// reports false (a duplicate), after its rollback it records the pair and reports
+	// true. A duplicate leaves the transaction usable (nothing is written). An empty,
+	// non-UTF-8, NUL-holding or too long (InboxKeyMaxBytes) consumer or UUID is an error
+	// wrapping ErrInvalidRecord; nothing is written.
+	RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (first bool, err error)
+
+	// PruneInbox deletes up to limit entries processed before before, oldest first, in
+	// autocommit, and returns how many it deleted.
+	PruneInbox(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// InboxStats returns per consumer the number of entries and the oldest processedAt,
+	// ordered by consumer (bytewise).
+	InboxStats(ctx context.Context) (InboxStats, error)
+
+	// AcquireInboxLease takes the table's retention lease (one row in
+	// Options.InboxLeaseTable) for l.Token until l.Until when it is free, expired at
+	// l.Now, or already held by l.Token (then it is extended, never shortened). It
+	// reports whether the caller holds it.
+	AcquireInboxLease(ctx context.Context, l InboxLeaseParams) (bool, error)
+	// ReleaseInboxLease gives the retention lease up when token holds it (live or not).
+	ReleaseInboxLease(ctx context.Context, token Token) (bool, error)
+}
+
+// InboxLeaseParams parameterises Inbox.AcquireInboxLease.
+type InboxLeaseParams struct {
+	Owner string // free text naming the holder, for operators
+	Token Token
+	Now   time.Time
+	Until time.Time
+}
+
+// InboxConsumerStats is the size of one consumer's part of the inbox table.
+type InboxConsumerStats struct {
+	Consumer string
+	Entries  int64
+	Oldest   time.Time // processedAt of its oldest entry
+}
+
+// InboxStats is a snapshot of the inbox table.
+type InboxStats struct {
+	Consumers []InboxConsumerStats // ordered by consumer
+}
+
+// Entries returns the table's total number of entries.
+func (s InboxStats) Entries() int64 {
+	var n int64
+	for _, c := range s.Consumers {
+		n += c.Entries
+	}
+	return n
+}
+
+// CheckInboxKey validates a consumer name or message UUID for the inbox table; the error
+// wraps ErrInvalidRecord and names field. Dialects call it before any I/O.
+func CheckInboxKey(field, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: inbox %s is empty", ErrInvalidRecord, field)
+	case len(s) > InboxKeyMaxBytes:
+		return fmt.Errorf("%w: inbox %s is %d bytes; at most %d are stored", ErrInvalidRecord, field, len(s), InboxKeyMaxBytes)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: inbox %s is not valid UTF-8", ErrInvalidRecord, field)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: inbox %s contains a NUL character", ErrInvalidRecord, field)
+	}
+	return nil
+}
+
+// CheckInboxLease validates l; dialects call it before any I/O.
+func CheckInboxLease(l InboxLeaseParams) error {
+	switch {
+	case l.Token.IsZero():
+		return fmt.Errorf("inbox lease: zero token")
+	case !l.Until.After(l.Now):
+		return fmt.Errorf("inbox lease: until %s is not after now %s", l.Until, l.Now)
+	case !utf8.ValidString(l.Owner) || strings.IndexByte(l.Owner, 0) >= 0 || len(l.Owner) > 255:
+		return fmt.Errorf("inbox lease: owner must be valid UTF-8 without NUL, at most 255 bytes")
+	}
+	return nil
+}

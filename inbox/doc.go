@@ -1,0 +1,78 @@
+// Package inbox makes a Watermill handler's database effects happen exactly once per
+// message, although the outbox and the brokers deliver at least once.
+//
+// # The promise, exactly
+//
+// A handler wrapped by [Inbox.Middleware] inside publisher's Middleware runs in one
+// database transaction that
+//
+//  1. records the incoming message's UUID for the handler's consumer name in the inbox
+//     table (<prefix>inbox, primary key consumer + message UUID),
+//  2. runs the handler's own writes (through publisher.SQLTxFromContext), and
+//  3. stores the handler's outgoing messages in the outbox,
+//
+// and commits them together. A message whose UUID the consumer has already recorded
+// (committed) is acked without running the handler and counted as a duplicate. So,
+// however often the broker redelivers a message, and whatever crashes in between:
+//
+//   - exactly once: every database write the handler makes in that transaction, and
+//     the outgoing messages it publishes through the outbox (each stored once; the
+//     forwarder then sends them at least once, and the next hop's inbox dedupes them);
+//   - NOT exactly once: anything the handler does outside the transaction — HTTP calls,
+//     e-mails, writes to another database, messages published straight to a broker. A
+//     handler that crashes or rolls back after such a call runs again on redelivery and
+//     makes the call again. Make those calls idempotent, or turn them into outbox
+//     messages handled by a consumer that is.
+//
+// Two deliveries of one message at the same time (a redelivery racing a slow first
+// attempt, two consumers of one queue) do not both run the handler: the second one's
+// insert waits for the first transaction's lock on the key, then sees a duplicate when
+// the first committed, or records the message and runs the handler when the first
+// rolled back. (Under PostgreSQL's REPEATABLE READ or SERIALIZABLE the second one fails
+// with a serialization error instead, a retryable error: the router nacks it and its
+// redelivery is skipped as a duplicate. On MySQL/MariaDB three deliveries at once can
+// meet a deadlock when the first rolls back: the victim is nacked the same way. A first
+// transaction that holds the key longer than the lock wait timeout makes the second
+// fail likewise.) A message without a UUID cannot be deduplicated: the middleware returns
+// an error wrapping outbox.ErrNoMessageUUID (the router nacks it) and never runs the
+// handler.
+//
+// # Wiring
+//
+//	in, err := inbox.New(store, inbox.Config{}, logger)      // the dialect's store
+//	router.AddMiddleware(out.Middleware(), in.Middleware()) // outbox tx first, inbox inside
+//
+// Order matters: publisher's Middleware (which opens the transaction) must run around
+// the inbox middleware, which otherwise fails with outbox.ErrNoTx. Retry middleware goes
+// before both, as for publisher's Middleware. The consumer name defaults to the router
+// handler's name (Config.Consumer changes it): two handlers subscribed to the same
+// topic each apply every message once. Renaming a handler starts a new consumer with an
+// empty memory.
+//
+// # Retention
+//
+// Entries older than a window are deleted by a [Cleaner] (Start/Stop, or RunOnce from
+// a scheduler) in small batches, by one instance at a time: the instances share a lease
+// row in <prefix>inbox_lease. The window is a trade-off: a redelivery that arrives
+// later than the window after the first processing is processed again. Choose it
+// longer than the longest redelivery delay the brokers and the outbox can produce
+// (broker retention, parked outbox rows requeued by an operator, replays); the table
+// grows by one row per message per consumer within it (the two keys, a timestamp and
+// the primary key and age index entries). WindowDefault is 7 days.
+//
+// # Cost
+//
+// Recording is one INSERT (one round trip) in a transaction the handler opens anyway: an
+// insert into the primary key and the age index. A duplicate costs one insert attempt
+// that finds the key (no other read) and an empty commit. The table size does not slow
+// it down: the insert walks the primary key only (TestExplainInbox in the dialect
+// packages). BenchmarkHandlerTx measures the handler transaction with and without the
+// inbox, and for a duplicate.
+//
+// # Observability
+//
+// [Config.Metrics] counts recorded messages and skipped duplicates per consumer;
+// [Inbox.Counters] returns the same counts of this process. The Cleaner reports what it
+// pruned and, after each round, the table's entries per consumer (InboxStats). The
+// outboxctl stats command prints the table's entries per consumer and their oldest age.
+package inbox

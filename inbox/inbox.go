@@ -1,0 +1,95 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/publisher"
+)
+
+// Inbox deduplicates a router's handlers by message UUID in the handler's own
+// transaction (see the package doc). It is safe for concurrent use.
+type Inbox struct {
+	store  outbox.Inbox
+	config Config
+	logger watermill.LoggerAdapter
+
+	recorded, duplicates atomic.Uint64
+}
+
+// Counters are an Inbox's counts since it was built.
+type Counters struct {
+	Recorded   uint64 // messages recorded, whose handler then ran
+	Duplicates uint64 // messages skipped as already applied
+}
+
+// New returns an Inbox over store (a dialect's store: mysql, postgres, sqlserver). A
+// nil logger is watermill.NopLogger{}.
+func New(store outbox.Inbox, config Config, logger watermill.LoggerAdapter) (*Inbox, error) {
+	if store == nil {
+		return nil, errors.New("inbox: store is nil")
+	}
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, fmt.Errorf("inbox: invalid config: %w", err)
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Inbox{store: store, config: config, logger: logger}, nil
+}
+
+// Counters returns the counts of this Inbox.
+func (i *Inbox) Counters() Counters {
+	return Counters{Recorded: i.recorded.Load(), Duplicates: i.duplicates.Load()}
+}
+
+// Middleware returns the router middleware that records each message in the outbox
+// transaction publisher's Middleware opened (it must run around this one) and runs the
+// handler only for a message the consumer has not applied yet. A duplicate returns no
+// messages and no error: the transaction commits nothing and the router acks.
+func (i *Inbox) Middleware() message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			first, consumer, err := i.record(msg)
+			if err != nil {
+				return nil, err
+			}
+			if !first {
+				i.duplicates.Add(1)
+				i.config.Metrics.Duplicate(consumer)
+				i.logger.Debug("inbox: duplicate skipped", watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID})
+				return nil, nil
+			}
+			i.recorded.Add(1)
+			i.config.Metrics.Recorded(consumer)
+			return h(msg)
+		}
+	}
+}
+
+// record inserts msg's UUID for its consumer in the context's transaction.
+func (i *Inbox) record(msg *message.Message) (first bool, consumer string, err error) {
+	ctx := msg.Context()
+	if msg.UUID == "" {
+		return false, "", fmt.Errorf("inbox: handler %q: %w", message.HandlerNameFromCtx(ctx), outbox.ErrNoMessageUUID)
+	}
+	consumer, err = i.config.Consumer(msg)
+	if err != nil {
+		return false, "", fmt.Errorf("inbox: consumer of message %s: %w", msg.UUID, err)
+	}
+	tx, ok := publisher.TxFromContext(ctx)
+	if !ok {
+		return false, consumer, fmt.Errorf("inbox: consumer %q: %w (add publisher's Middleware before the inbox's)", consumer, outbox.ErrNoTx)
+	}
+	first, err = i.store.RecordInbox(ctx, tx.SQLTx(), consumer, msg.UUID, i.config.Now())
+	if err != nil {
+		return false, consumer, fmt.Errorf("inbox: record message %s for %q: %w", msg.UUID, consumer, err)
+	}
+	return first, consumer, nil
+}

@@ -1,0 +1,306 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/inbox"
+	"github.com/relayer-go/watermill-outbox/publisher"
+)
+
+// full reports OUTBOX_TEST_FULL: the sizes instead of CI's.
+func full() bool { return os.Getenv("OUTBOX_TEST_FULL") != "" }
+
+// handler applies the message's effect and publishes one outgoing message, both in the
+// middleware's transaction.
+func (e *env) handler(calls *atomic.Int64) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		if calls != nil {
+			calls.Add(1)
+		}
+		ctx := msg.Context()
+		tx, _ := publisher.SQLTxFromContext(ctx)
+		if err := e.applyEffect(ctx, tx, msg.UUID); err != nil {
+			return err
+		}
+		pub, _ := publisher.PublisherFromContext(ctx)
+		return pub.Publish("out", message.NewMessage(watermill.NewUUID(), []byte(msg.UUID)))
+	}
+}
+
+// chain wraps h the way a router would with out.Middleware(db) and in.Middleware().
+func (e *env) chain(in *inbox.Inbox, h message.NoPublishHandlerFunc) message.HandlerFunc {
+	inner := func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) }
+	return e.out.Middleware()(in.Middleware()(inner))
+}
+
+func (e *env) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
+	t.Helper()
+	if cfg.Consumer == nil {
+		cfg.Consumer = inbox.ConsumerName("billing")
+	}
+	in, err := inbox.New(e.store, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func deliver(h message.HandlerFunc, uuid string) error {
+	_, err := h(message.NewMessage(uuid, []byte("payload")))
+	return err
+}
+
+// A redelivered message is acked without running the handler and counted; its effect
+// and its outgoing message exist once.
+func TestDuplicateSkipped(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		var calls atomic.Int64
+		in := e.newInbox(t, inbox.Config{})
+		h := e.chain(in, e.handler(&calls))
+		for range 3 {
+			if err := deliver(h, "m-1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if calls.Load() != 1 {
+			t.Fatalf("handler ran %d times; want 1", calls.Load())
+		}
+		e.checkApplications(t, 1)
+		if n := e.outboxRows(t); n != 1 {
+			t.Fatalf("%d outgoing messages; want 1", n)
+		}
+		if c := in.Counters(); c.Recorded != 1 || c.Duplicates != 2 {
+			t.Fatalf("counters %+v; want 1 recorded, 2 duplicates", c)
+		}
+		// Another consumer applies the same message once too.
+		other := e.newInbox(t, inbox.Config{Consumer: inbox.ConsumerName("shipping")})
+		if err := deliver(e.chain(other, e.handler(&calls)), "m-1"); err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() != 2 {
+			t.Fatalf("second consumer: handler ran %d times in all; want 2", calls.Load())
+		}
+	})
+}
+
+// A message without a UUID is an error, never processed.
+func TestNoUUIDIsAnError(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		var calls atomic.Int64
+		err := deliver(e.chain(e.newInbox(t, inbox.Config{}), e.handler(&calls)), "")
+		if !errors.Is(err, outbox.ErrNoMessageUUID) {
+			t.Fatalf("err = %v; want ErrNoMessageUUID", err)
+		}
+		if calls.Load() != 0 || e.inboxRows(t) != 0 {
+			t.Fatalf("handler ran %d times, %d inbox rows; want none", calls.Load(), e.inboxRows(t))
+		}
+	})
+}
+
+// Without publisher's Middleware around it the inbox has no transaction to record in.
+func TestNoTxIsAnError(t *testing.T) {
+	e := newEnv(t, dialects[0])
+	h := e.newInbox(t, inbox.Config{}).Middleware()(func(*message.Message) ([]*message.Message, error) {
+		t.Fatal("handler ran")
+		return nil, nil
+	})
+	if _, err := h(message.NewMessage("m", nil)); !errors.Is(err, outbox.ErrNoTx) {
+		t.Fatalf("err = %v; want ErrNoTx", err)
+	}
+}
+
+// A failed handler rolls the record back with its writes: the redelivery runs it again.
+func TestFailedHandlerIsRetried(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		var calls atomic.Int64
+		apply := e.handler(&calls)
+		h := e.chain(e.newInbox(t, inbox.Config{}), func(msg *message.Message) error {
+			if err := apply(msg); err != nil {
+				return err
+			}
+			if calls.Load() == 1 {
+				return errors.New("crash after the writes")
+			}
+			return nil
+		})
+		if err := deliver(h, "m"); err == nil {
+			t.Fatal("first delivery: no error")
+		}
+		for range 2 {
+			if err := deliver(h, "m"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if calls.Load() != 2 {
+			t.Fatalf("handler ran %d times; want 2 (failed, then applied)", calls.Load())
+		}
+		e.checkApplications(t, 1)
+	})
+}
+
+// Two deliveries of one message at the same time: the second waits for the first's
+// transaction, then skips (first committed) or runs the handler (first rolled back).
+func TestConcurrentDeliveries(t *testing.T) {
+	for _, firstFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("first fails %v", firstFails), func(t *testing.T) {
+			t.Parallel()
+			eachDialect(t, func(t *testing.T, e *env) { concurrentDeliveries(t, e, firstFails) })
+		})
+	}
+}
+
+func concurrentDeliveries(t *testing.T, e *env, firstFails bool) {
+	var calls atomic.Int64
+	apply := e.handler(&calls)
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	h := e.chain(e.newInbox(t, inbox.Config{}), func(msg *message.Message) error {
+		if calls.Load() > 0 { // the second delivery, run only after a rollback
+			return apply(msg)
+		}
+		if err := apply(msg); err != nil {
+			return err
+		}
+		close(inFirst)
+		<-release
+		if firstFails {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+	first := make(chan error, 1)
+	go func() { first <- deliver(h, "m") }()
+	<-inFirst
+	second := make(chan error, 1)
+	go func() { second <- deliver(h, "m") }()
+	select {
+	case err := <-second:
+		t.Fatalf("second delivery finished (%v) while the first's transaction was open", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-first; (err != nil) != firstFails {
+		t.Fatalf("first delivery: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second delivery: %v", err)
+	}
+	wantCalls := int64(1)
+	if firstFails {
+		wantCalls = 2
+	}
+	if calls.Load() != wantCalls {
+		t.Fatalf("handler ran %d times; want %d", calls.Load(), wantCalls)
+	}
+	e.checkApplications(t, 1)
+}
+
+// Duplicate storm: every message delivered three times, concurrently and shuffled:
+// each effect once, the other deliveries counted as duplicates. The size
+// (10,000 messages) under OUTBOX_TEST_FULL; 1,000 otherwise.
+func TestDuplicateStorm(t *testing.T) {
+	n := 1000
+	if full() {
+		n = 10000
+	}
+	eachDialect(t, func(t *testing.T, e *env) {
+		in := e.newInbox(t, inbox.Config{})
+		h := e.chain(in, e.handler(nil))
+		deliveries := make([]string, 0, 3*n)
+		for i := range n {
+			id := fmt.Sprintf("storm-%06d", i)
+			deliveries = append(deliveries, id, id, id)
+		}
+		rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+		var next, retried atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		start := time.Now()
+		for range 8 {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(deliveries) {
+						return
+					}
+					// A delivery that loses a deadlock (MySQL, three inserts of one key)
+					// is nacked and redelivered: retry it like a broker would.
+					for attempt := 0; ; attempt++ {
+						err := deliver(h, deliveries[i])
+						if err == nil {
+							break
+						}
+						if !outbox.IsRetryable(err) || attempt == 10 {
+							errs <- err
+							return
+						}
+						retried.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		e.checkApplications(t, n)
+		c := in.Counters()
+		t.Logf("%s: %d messages × 3 in %s: %d effects, %d recorded, %d duplicates, %d outgoing, %d deliveries retried (deadlock victims)",
+			e.d.name, n, time.Since(start).Round(time.Millisecond), n, c.Recorded, c.Duplicates, e.outboxRows(t), retried.Load())
+		if c.Recorded != uint64(n) || c.Duplicates != uint64(2*n) || e.outboxRows(t) != n {
+			t.Fatalf("counters %+v, %d outgoing; want %d recorded, %d duplicates, %d outgoing", c, e.outboxRows(t), n, 2*n, n)
+		}
+	})
+}
+
+// Through a router the consumer defaults to the handler's name.
+func TestRouterConsumerIsHandlerName(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := inbox.New(e.store, inbox.Config{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		router.AddMiddleware(e.out.Middleware(), in.Middleware())
+		var calls atomic.Int64
+		router.AddConsumerHandler("orders_consumer", "in", pubsub, e.handler(&calls))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { _ = router.Run(ctx) }()
+		<-router.Running()
+		for range 3 {
+			if err := pubsub.Publish("in", message.NewMessage("same", nil)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for in.Counters().Duplicates < 2 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = router.Close()
+		st, err := e.store.InboxStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() != 1 || len(st.Consumers) != 1 || st.Consumers[0].Consumer != "orders_consumer" {
+			t.Fatalf("handler ran %d times, inbox %+v; want once, consumer orders_consumer", calls.Load(), st)
+		}
+	})
+}

@@ -1,0 +1,145 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+var _ outbox.Inbox = (*Store)(nil)
+
+// RecordInbox inserts (consumer, messageUUID) in tx; a duplicate key (1062) means the
+// pair was recorded and committed before: it reports false and tx stays usable (MySQL
+// rolls back only the failed statement).
+func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
+	if err := checkInboxEntry(consumer, messageUUID); err != nil {
+		return false, fmt.Errorf("mysql: record inbox: %w", err)
+	}
+	if tx == nil {
+		return false, fmt.Errorf("mysql: %w: record inbox: tx is nil", outbox.ErrInvalidArgument)
+	}
+	at, err := timeArg(processedAt)
+	if err != nil {
+		return false, fmt.Errorf("mysql: record inbox: processedAt: %w", err)
+	}
+	_, err = execB(ctx, tx, s.q.inboxRecord, consumer, messageUUID, at)
+	switch {
+	case err == nil:
+		return true, nil
+	case isDupEntry(err):
+		return false, nil
+	}
+	return false, wrapErr("record inbox", err)
+}
+
+func checkInboxEntry(consumer, messageUUID string) error {
+	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
+		return err
+	}
+	return outbox.CheckInboxKey("message UUID", messageUUID)
+}
+
+// PruneInbox deletes up to limit entries processed before before, oldest first.
+func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, ctx.Err()
+	}
+	b, err := timeArg(before)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: prune inbox: before: %w", err)
+	}
+	res, err := s.exec(ctx, s.q.inboxPrune, b, int64(limit))
+	if err != nil {
+		return 0, wrapErr("prune inbox", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), wrapErr("prune inbox", err)
+}
+
+// InboxStats returns the entries and oldest instant per consumer.
+func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
+	rows, err := queryB(ctx, s.db, s.q.inboxStats)
+	if err != nil {
+		return outbox.InboxStats{}, wrapErr("inbox stats", err)
+	}
+	defer rows.Close()
+	var st outbox.InboxStats
+	var oldest sql.RawBytes
+	for rows.Next() {
+		var c outbox.InboxConsumerStats
+		var consumer []byte
+		if err := rows.Scan(&consumer, &c.Entries, &oldest); err != nil {
+			return outbox.InboxStats{}, wrapErr("inbox stats", err)
+		}
+		c.Consumer = string(consumer)
+		if c.Oldest, err = parseTime(oldest); err != nil {
+			return outbox.InboxStats{}, wrapErr("inbox stats", err)
+		}
+		st.Consumers = append(st.Consumers, c)
+	}
+	if err := rows.Err(); err != nil {
+		return outbox.InboxStats{}, wrapErr("inbox stats", err)
+	}
+	slices.SortFunc(st.Consumers, func(a, b outbox.InboxConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
+	return st, nil
+}
+
+// AcquireInboxLease takes or extends the retention lease; the lease row is locked in a
+// short transaction, as AcquireLease does for lanes.
+func (s *Store) AcquireInboxLease(ctx context.Context, l outbox.InboxLeaseParams) (bool, error) {
+	if err := outbox.CheckInboxLease(l); err != nil {
+		return false, fmt.Errorf("mysql: %w", err)
+	}
+	now, err := timeArg(l.Now)
+	if err != nil {
+		return false, fmt.Errorf("mysql: acquire inbox lease: Now: %w", err)
+	}
+	until, err := timeArg(l.Until)
+	if err != nil {
+		return false, fmt.Errorf("mysql: acquire inbox lease: Until: %w", err)
+	}
+	held := false
+	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
+		held = false
+		var same, live bool
+		err := queryRowB(ctx, tx, s.q.inboxLeaseLock, l.Token[:], now).Scan(&same, &live)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			_, err = execB(ctx, tx, s.q.inboxLeaseInsert, l.Owner, l.Token[:], until)
+			if isDupEntry(err) {
+				return nil // another instance inserted it first
+			}
+		case err != nil:
+			return err
+		case live && !same:
+			return nil
+		default: // ours, or expired
+			_, err = execB(ctx, tx, s.q.inboxLeaseSet, l.Owner, l.Token[:], until)
+		}
+		held = err == nil
+		return err
+	})
+	if err != nil {
+		return false, wrapErr("acquire inbox lease", err)
+	}
+	return held, nil
+}
+
+// ReleaseInboxLease deletes the retention lease when token holds it.
+func (s *Store) ReleaseInboxLease(ctx context.Context, token outbox.Token) (bool, error) {
+	if token.IsZero() {
+		return false, nil
+	}
+	res, err := s.exec(ctx, s.q.inboxLeaseRelease, token[:])
+	if err != nil {
+		return false, wrapErr("release inbox lease", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, wrapErr("release inbox lease", err)
+}

@@ -1,0 +1,302 @@
+package outboxtest
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+func inboxTests() []subtest {
+	return []subtest{
+		{"FirstThenDuplicate", testInboxFirstThenDuplicate},
+		{"RolledBackIsForgotten", testInboxRolledBack},
+		{"SameTxAsBusinessAndOutbox", testInboxSameTx},
+		{"ConcurrentWaitsForCommit", func(t *testing.T, h Harness) { testInboxConcurrent(t, h, true) }},
+		{"ConcurrentWaitsForRollback", func(t *testing.T, h Harness) { testInboxConcurrent(t, h, false) }},
+		{"ExactKeys", testInboxExactKeys},
+		{"InvalidKeys", testInboxInvalidKeys},
+		{"Prune", testInboxPrune},
+		{"Stats", testInboxStats},
+		{"Lease", testInboxLease},
+	}
+}
+
+// inboxEnv is a test's outbox whose store must implement outbox.Inbox.
+func newInboxEnv(t *testing.T, h Harness) (*env, outbox.Inbox) {
+	t.Helper()
+	e := newEnv(t, h)
+	in, ok := e.store.(outbox.Inbox)
+	if !ok {
+		t.Fatalf("%s store %T does not implement outbox.Inbox", h.Name, e.store)
+	}
+	return e, in
+}
+
+func (e *env) begin() *sql.Tx {
+	e.t.Helper()
+	tx, err := e.h.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	return tx
+}
+
+// record records (consumer, uuid) in its own committed transaction and returns first.
+func (e *env) record(in outbox.Inbox, consumer, uuid string, now time.Time) bool {
+	e.t.Helper()
+	tx := e.begin()
+	first, err := in.RecordInbox(e.ctx, tx, consumer, uuid, now)
+	if err != nil {
+		_ = tx.Rollback()
+		e.t.Fatalf("RecordInbox(%q, %q): %v", consumer, uuid, err)
+	}
+	if err := tx.Commit(); err != nil {
+		e.t.Fatalf("commit: %v", err)
+	}
+	return first
+}
+
+func (e *env) inboxEntries(in outbox.Inbox) map[string]int64 {
+	e.t.Helper()
+	st, err := in.InboxStats(e.ctx)
+	if err != nil {
+		e.t.Fatalf("InboxStats: %v", err)
+	}
+	out := map[string]int64{}
+	for _, c := range st.Consumers {
+		out[c.Consumer] = c.Entries
+	}
+	return out
+}
+
+// A pair is new once per consumer; the same UUID is new for another consumer.
+func testInboxFirstThenDuplicate(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	wantBool(t, "first record", e.record(in, "billing", "m-1", at(0)), nil, true)
+	wantBool(t, "second record", e.record(in, "billing", "m-1", at(time.Second)), nil, false)
+	wantBool(t, "other consumer", e.record(in, "shipping", "m-1", at(0)), nil, true)
+	wantBool(t, "other message", e.record(in, "billing", "m-2", at(0)), nil, true)
+	// A duplicate leaves the transaction usable: a statement after it and a commit work.
+	tx := e.begin()
+	first, err := in.RecordInbox(e.ctx, tx, "billing", "m-1", at(0))
+	wantBool(t, "duplicate in an open transaction", first, err, false)
+	if err := e.store.Insert(e.ctx, tx, []outbox.Record{NewRecord(at(0))}); err != nil {
+		t.Fatalf("insert after a duplicate: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit after a duplicate: %v", err)
+	}
+	if got := e.inboxEntries(in); got["billing"] != 2 || got["shipping"] != 1 {
+		t.Fatalf("entries = %v; want billing 2, shipping 1", got)
+	}
+}
+
+// A rolled-back record leaves nothing behind: the message is new again.
+func testInboxRolledBack(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	tx := e.begin()
+	first, err := in.RecordInbox(e.ctx, tx, "c", "m", at(0))
+	wantBool(t, "record in a transaction", first, err, true)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	wantBool(t, "record after rollback", e.record(in, "c", "m", at(0)), nil, true)
+}
+
+// The entry, the business row and the outgoing outbox row commit or vanish together.
+func testInboxSameTx(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	business := e.createBusinessTable()
+	for i, commit := range []bool{false, true} {
+		tx := e.begin()
+		first, err := in.RecordInbox(e.ctx, tx, "c", "m", at(0))
+		wantBool(t, "record", first, err, true)
+		if _, err := tx.ExecContext(e.ctx, "INSERT INTO "+business+" (id) VALUES ("+h.Placeholder(1)+")", i); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.Insert(e.ctx, tx, []outbox.Record{NewRecord(at(0))}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, o, n := e.businessCount(), e.rawCount(e.opts.OutboxTable()), e.rawCount(e.opts.InboxTable()); b != 1 || o != 1 || n != 1 {
+		t.Fatalf("after a rollback and a commit: %d business, %d outbox, %d inbox rows; want 1 each", b, o, n)
+	}
+}
+
+// Two deliveries at once: the second waits for the first's transaction, then sees a
+// duplicate (first committed) or records the message itself (first rolled back).
+func testInboxConcurrent(t *testing.T, h Harness, commit bool) {
+	e, in := newInboxEnv(t, h)
+	tx1 := e.begin()
+	first, err := in.RecordInbox(e.ctx, tx1, "c", "m", at(0))
+	wantBool(t, "first delivery", first, err, true)
+
+	type result struct {
+		first bool
+		err   error
+	}
+	done := make(chan result, 1)
+	tx2 := e.begin()
+	defer tx2.Rollback() //nolint:errcheck // committed below on success
+	go func() {
+		first, err := in.RecordInbox(e.ctx, tx2, "c", "m", at(time.Second))
+		done <- result{first, err}
+	}()
+	select {
+	case r := <-done:
+		_ = tx1.Rollback()
+		t.Fatalf("second delivery returned (%v, %v) while the first's transaction was open; it must wait", r.first, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if commit {
+		err = tx1.Commit()
+	} else {
+		err = tx1.Rollback()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("second delivery still waiting 30 s after the first's transaction ended")
+	}
+	wantBool(t, "second delivery", r.first, r.err, !commit)
+	if err := tx2.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.rawCount(e.opts.InboxTable()); n != 1 {
+		t.Fatalf("%d inbox entries; want 1", n)
+	}
+}
+
+// Keys compare byte for byte: case, trailing spaces, accents and the longest key.
+func testInboxExactKeys(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	long := strings.Repeat("u", outbox.InboxKeyMaxBytes)
+	for _, uuid := range []string{"abc", "ABC", "abc ", " abc", "abç", "abc\t", long} {
+		wantBool(t, "record "+quote(uuid), e.record(in, "c", uuid, at(0)), nil, true)
+	}
+	for _, uuid := range []string{"abc", "ABC", "abc ", long} {
+		wantBool(t, "record again "+quote(uuid), e.record(in, "c", uuid, at(0)), nil, false)
+	}
+	wantBool(t, "consumer differing in case", e.record(in, "C", "abc", at(0)), nil, true)
+	wantBool(t, "longest consumer", e.record(in, strings.Repeat("c", outbox.InboxKeyMaxBytes), "abc", at(0)), nil, true)
+}
+
+// Empty, too long, NUL-holding and non-UTF-8 keys are refused with ErrInvalidRecord.
+func testInboxInvalidKeys(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	for _, c := range []struct{ consumer, uuid string }{
+		{"", "m"}, {"c", ""},
+		{"c", strings.Repeat("u", outbox.InboxKeyMaxBytes+1)},
+		{strings.Repeat("c", outbox.InboxKeyMaxBytes+1), "m"},
+		{"c", "a\x00b"}, {"c", "a\xffb"},
+	} {
+		tx := e.begin()
+		_, err := in.RecordInbox(e.ctx, tx, c.consumer, c.uuid, at(0))
+		_ = tx.Rollback()
+		if !errors.Is(err, outbox.ErrInvalidRecord) {
+			t.Errorf("RecordInbox(%s, %s) = %v; want ErrInvalidRecord", quote(c.consumer), quote(c.uuid), err)
+		}
+	}
+	if n := e.rawCount(e.opts.InboxTable()); n != 0 {
+		t.Fatalf("%d entries after refused keys", n)
+	}
+}
+
+// Prune deletes entries older than the instant, at most limit per call; a pruned
+// message is new again (the retention window's trade-off).
+func testInboxPrune(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	for i := range 5 {
+		e.record(in, "c", "m"+string(rune('0'+i)), at(time.Duration(i)*time.Hour))
+	}
+	prune := func(before time.Time, limit, want int) {
+		t.Helper()
+		n, err := in.PruneInbox(e.ctx, before, limit)
+		wantN(t, "PruneInbox", n, err, want)
+	}
+	prune(at(3*time.Hour), 0, 0)
+	prune(at(3*time.Hour), 2, 2)
+	prune(at(3*time.Hour), 2, 1) // m2; m3 processed exactly at the instant stays
+	prune(at(3*time.Hour), 2, 0)
+	if n := e.rawCount(e.opts.InboxTable()); n != 2 {
+		t.Fatalf("%d entries left; want 2 (m3, m4)", n)
+	}
+	wantBool(t, "pruned message again", e.record(in, "c", "m0", at(5*time.Hour)), nil, true)
+	wantBool(t, "kept message again", e.record(in, "c", "m3", at(5*time.Hour)), nil, false)
+}
+
+// Stats lists each consumer's entries and oldest instant, ordered by consumer.
+func testInboxStats(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	st, err := in.InboxStats(e.ctx)
+	if err != nil || len(st.Consumers) != 0 {
+		t.Fatalf("empty inbox: %+v, %v", st, err)
+	}
+	e.record(in, "b", "1", at(2*time.Second+time.Microsecond))
+	e.record(in, "b", "2", at(5*time.Second))
+	e.record(in, "B", "1", at(time.Second))
+	e.record(in, "a", "1", at(3*time.Second))
+	st, err = in.InboxStats(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []outbox.InboxConsumerStats{
+		{Consumer: "B", Entries: 1, Oldest: at(time.Second)},
+		{Consumer: "a", Entries: 1, Oldest: at(3 * time.Second)},
+		{Consumer: "b", Entries: 2, Oldest: at(2*time.Second + time.Microsecond)},
+	}
+	if len(st.Consumers) != len(want) {
+		t.Fatalf("stats = %+v; want %+v", st.Consumers, want)
+	}
+	for i := range want {
+		g := st.Consumers[i]
+		if g.Consumer != want[i].Consumer || g.Entries != want[i].Entries || !g.Oldest.Equal(want[i].Oldest) || g.Oldest.Location() != time.UTC {
+			t.Fatalf("stats[%d] = %+v; want %+v (UTC)", i, g, want[i])
+		}
+	}
+	if st.Entries() != 4 {
+		t.Fatalf("Entries() = %d; want 4", st.Entries())
+	}
+}
+
+// One holder at a time; the holder extends; an expired lease is taken over; release
+// needs the holder's token.
+func testInboxLease(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	a, b := outbox.NewToken(), outbox.NewToken()
+	acquire := func(tok outbox.Token, now, until time.Time, want bool) {
+		t.Helper()
+		ok, err := in.AcquireInboxLease(e.ctx, outbox.InboxLeaseParams{Owner: "outboxtest", Token: tok, Now: now, Until: until})
+		wantBool(t, "AcquireInboxLease", ok, err, want)
+	}
+	acquire(a, at(0), at(10*time.Second), true)
+	acquire(b, at(time.Second), at(11*time.Second), false)
+	acquire(a, at(2*time.Second), at(20*time.Second), true)   // extended
+	acquire(a, at(3*time.Second), at(5*time.Second), true)    // never shortened
+	acquire(b, at(15*time.Second), at(25*time.Second), false) // still a's until 20 s
+	acquire(b, at(20*time.Second), at(30*time.Second), true)  // expired: taken over
+	ok, err := in.ReleaseInboxLease(e.ctx, a)
+	wantBool(t, "release with a stale token", ok, err, false)
+	ok, err = in.ReleaseInboxLease(e.ctx, b)
+	wantBool(t, "release by the holder", ok, err, true)
+	acquire(a, at(21*time.Second), at(31*time.Second), true) // free at once
+	if _, err := in.AcquireInboxLease(e.ctx, outbox.InboxLeaseParams{Token: outbox.Token{}, Now: at(0), Until: at(time.Second)}); err == nil {
+		t.Fatal("AcquireInboxLease with a zero token: no error")
+	}
+}

@@ -1,0 +1,77 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+var _ outbox.Inbox = (*Store)(nil)
+
+// RecordInbox inserts (consumer, messageUUID) in tx with ON CONFLICT DO NOTHING: no row
+// inserted means a committed duplicate.
+func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
+	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
+		return false, fmt.Errorf("postgres: record inbox: %w", err)
+	}
+	if err := outbox.CheckInboxKey("message UUID", messageUUID); err != nil {
+		return false, fmt.Errorf("postgres: record inbox: %w", err)
+	}
+	if tx == nil {
+		return false, fmt.Errorf("postgres: %w: record inbox: tx is nil", outbox.ErrInvalidArgument)
+	}
+	res, err := tx.ExecContext(ctx, s.q.inboxRecord, consumer, messageUUID, processedAt)
+	if err != nil {
+		return false, wrap("record inbox", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, wrap("record inbox", err)
+}
+
+// PruneInbox deletes up to limit entries processed before before, oldest first.
+func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, ctx.Err()
+	}
+	return s.execCount(ctx, "prune inbox", s.q.inboxPrune, before, limit)
+}
+
+// InboxStats returns the entries and oldest instant per consumer.
+func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.inboxStats)
+	if err != nil {
+		return outbox.InboxStats{}, wrap("inbox stats", err)
+	}
+	defer rows.Close()
+	var st outbox.InboxStats
+	for rows.Next() {
+		var c outbox.InboxConsumerStats
+		if err := rows.Scan(&c.Consumer, &c.Entries, &c.Oldest); err != nil {
+			return outbox.InboxStats{}, wrap("inbox stats", err)
+		}
+		c.Oldest = c.Oldest.UTC()
+		st.Consumers = append(st.Consumers, c)
+	}
+	return st, wrap("inbox stats", rows.Err())
+}
+
+// AcquireInboxLease takes or extends the retention lease in one statement.
+func (s *Store) AcquireInboxLease(ctx context.Context, l outbox.InboxLeaseParams) (bool, error) {
+	if err := outbox.CheckInboxLease(l); err != nil {
+		return false, fmt.Errorf("postgres: %w", err)
+	}
+	n, err := s.execCount(ctx, "acquire inbox lease", s.q.inboxAcquire, l.Owner, l.Token[:], l.Now, l.Until)
+	return n > 0, err
+}
+
+// ReleaseInboxLease deletes the retention lease when token holds it.
+func (s *Store) ReleaseInboxLease(ctx context.Context, token outbox.Token) (bool, error) {
+	if token.IsZero() {
+		return false, nil
+	}
+	n, err := s.execCount(ctx, "release inbox lease", s.q.inboxRelease, token[:])
+	return n > 0, err
+}

@@ -1,0 +1,89 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+var _ outbox.Inbox = (*Store)(nil)
+
+// RecordInbox inserts (consumer, messageUUID) in tx; a duplicate key (2627/2601) means
+// the pair was recorded and committed before: it reports false and tx stays usable.
+func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
+	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
+		return false, fmt.Errorf("sqlserver: record inbox: %w", err)
+	}
+	if err := outbox.CheckInboxKey("message UUID", messageUUID); err != nil {
+		return false, fmt.Errorf("sqlserver: record inbox: %w", err)
+	}
+	if tx == nil {
+		return false, invalidf("record inbox", "tx is nil")
+	}
+	_, err := tx.ExecContext(ctx, s.q.inboxRecord, named("consumer", []byte(consumer)),
+		named("uuid", []byte(messageUUID)), named("at", processedAt.UTC()))
+	switch {
+	case err == nil:
+		return true, nil
+	case isDuplicateKey(err):
+		return false, nil
+	}
+	return false, wrap("record inbox", err)
+}
+
+// PruneInbox deletes up to limit entries processed before before, oldest first.
+func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, ctx.Err()
+	}
+	n, err := s.exec(ctx, s.q.inboxPrune, named("limit", int64(limit)), named("before", before.UTC()))
+	return n, wrap("prune inbox", err)
+}
+
+// InboxStats returns the entries and oldest instant per consumer.
+func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
+	rows, err := s.query(ctx, s.q.inboxStats)
+	if err != nil {
+		return outbox.InboxStats{}, wrap("inbox stats", err)
+	}
+	defer rows.Close()
+	var st outbox.InboxStats
+	for rows.Next() {
+		var c outbox.InboxConsumerStats
+		var consumer []byte
+		if err := rows.Scan(&consumer, &c.Entries, &c.Oldest); err != nil {
+			return outbox.InboxStats{}, wrap("inbox stats", err)
+		}
+		c.Consumer, c.Oldest = string(consumer), c.Oldest.UTC()
+		st.Consumers = append(st.Consumers, c)
+	}
+	if err := rows.Err(); err != nil {
+		return outbox.InboxStats{}, wrap("inbox stats", err)
+	}
+	slices.SortFunc(st.Consumers, func(a, b outbox.InboxConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
+	return st, nil
+}
+
+// AcquireInboxLease takes or extends the retention lease in one MERGE.
+func (s *Store) AcquireInboxLease(ctx context.Context, l outbox.InboxLeaseParams) (bool, error) {
+	if err := outbox.CheckInboxLease(l); err != nil {
+		return false, fmt.Errorf("sqlserver: %w", err)
+	}
+	n, err := s.exec(ctx, s.q.inboxAcquire, named("owner", l.Owner), named("tok", l.Token[:]),
+		named("now", l.Now.UTC()), named("until", l.Until.UTC()))
+	return n > 0, wrap("acquire inbox lease", err)
+}
+
+// ReleaseInboxLease deletes the retention lease when token holds it.
+func (s *Store) ReleaseInboxLease(ctx context.Context, token outbox.Token) (bool, error) {
+	if token.IsZero() {
+		return false, nil
+	}
+	n, err := s.exec(ctx, s.q.inboxRelease, named("tok", token[:]))
+	return n > 0, wrap("release inbox lease", err)
+}
