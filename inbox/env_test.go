@@ -51,7 +51,7 @@ var dialects = []*dialect{
 	{
 		name: testenv.SQLServer, driver: "sqlserver",
 		store: func(db *sql.DB, o outbox.Options) (store, error) {
-			return sqlserver.New(db, sqlserver.Options{Options: o})
+			return sqlserver.New(db, o)
 		},
 		table: sqlserver.QualifiedTable, ph: func(n int) string { return "@p" + strconv.Itoa(n) },
 	},

@@ -36,7 +36,7 @@ func harness(t testing.TB) outboxtest.Harness {
 		Name: "sqlserver",
 		DB:   db,
 		NewStore: func(db *sql.DB, opts outbox.Options) (outbox.Store, error) {
-			return sqlserver.New(db, sqlserver.Options{Options: opts})
+			return sqlserver.New(db, opts)
 		},
 		Placeholder:    func(n int) string { return "@p" + strconv.Itoa(n) },
 		QualifiedTable: sqlserver.QualifiedTable,

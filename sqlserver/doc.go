@@ -5,13 +5,13 @@
 // "sqlserver"; any go-mssqldb URL works:
 //
 //	db, err := sql.Open("sqlserver", "sqlserver://user:password@host:1433?database=app")
-//	store, err := sqlserver.New(db, sqlserver.Options{
-//		Options: outbox.Options{Schema: "messaging", TablePrefix: "orders_"}, // "" = dbo
-//	})
-//	script, err := sqlserver.CreateScript(sqlserver.Options{Options: ..., CreateSchema: true})
+//	opts := outbox.Options{Schema: "messaging", TablePrefix: "orders_"} // "" = dbo
+//	store, err := sqlserver.New(db, opts)
+//	script, err := sqlserver.CreateScript(opts)
 //
-// The database must exist and the login needs CREATE TABLE there (and CREATE SCHEMA when
-// CreateSchema is set).
+// New and CreateScript take outbox.Options, as the other dialects do. The database must
+// exist and the login needs CREATE TABLE there (and CREATE SCHEMA when a named schema
+// does not exist yet).
 //
 // # Never run against a live server
 //
@@ -43,7 +43,8 @@
 // sys.indexes ...)) for <prefix>outbox, <prefix>outbox_lanes and <prefix>outbox_nodes,
 // as one batch without GO; [Store.CreateSchema] runs the same statements under an
 // application lock (sp_getapplock), so forwarders starting at once do not race on CREATE
-// TABLE. The schema itself is created only with CreateSchema: true. The tables carry the
+// TABLE. A named schema that does not exist is created (IF SCHEMA_ID(...) IS NULL, as
+// PostgreSQL's CREATE SCHEMA IF NOT EXISTS); dbo always exists. The tables carry the
 // CHECK constraints of the row model, a clustered primary key on id, and filtered
 // indexes for pending rows (both hot reads), parked rows and live claims. The outbox
 // table has LOCK_ESCALATION = DISABLE, so a writer's large commit never takes a table

@@ -11,10 +11,7 @@ import (
 // CreateScript gives the idempotent T-SQL for a deployment tool; every CREATE is
 // guarded, so running it again changes nothing.
 func ExampleCreateScript() {
-	script, err := sqlserver.CreateScript(sqlserver.Options{
-		Options:      outbox.Options{Schema: "messaging", TablePrefix: "orders_"},
-		CreateSchema: true,
-	})
+	script, err := sqlserver.CreateScript(outbox.Options{Schema: "messaging", TablePrefix: "orders_"})
 	if err != nil {
 		panic(err)
 	}
@@ -45,7 +42,7 @@ func ExampleQualifiedTable() {
 
 // Invalid options fail at construction with an error naming the field.
 func ExampleNew_invalidOptions() {
-	_, err := sqlserver.New(nil, sqlserver.Options{Options: outbox.Options{TablePrefix: strings.Repeat("x", 107)}})
+	_, err := sqlserver.New(nil, outbox.Options{TablePrefix: strings.Repeat("x", 107)})
 	fmt.Println(err)
 	// Output: outbox: invalid options: TablePrefix: is 107 UTF-16 code units long; at most 106 fit: the longest name made from it appends "outbox_df_message_uuid", and SQL Server names hold at most 128
 }

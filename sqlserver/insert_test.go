@@ -98,7 +98,7 @@ func validRecord() outbox.Record {
 // Every record is checked before anything is sent: an invalid one anywhere in the batch
 // fails the call with ErrInvalidRecord naming it (the nil transaction is never used).
 func TestInsertValidatesFirst(t *testing.T) {
-	s, err := New(openUnreachable(t), Options{Options: outbox.Options{Lanes: 8}})
+	s, err := New(openUnreachable(t), outbox.Options{Lanes: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,49 +21,34 @@ const (
 	DefaultSchema = "dbo"
 )
 
-// Options names one outbox table on SQL Server.
-type Options struct {
-	outbox.Options
-
-	// CreateSchema makes CreateScript (and Store.CreateSchema) create Schema when it does
-	// not exist. Off by default: schemas usually belong to the database's owner, and a
-	// typo should fail instead of creating a new schema.
-	CreateSchema bool
-}
-
-// WithDefaults returns a copy with zero fields set to their defaults.
-func (o Options) WithDefaults() Options {
-	o.Options = o.Options.WithDefaults()
-	return o
-}
-
-// Validate checks the dialect-independent rules and SQL Server's identifier rules for
-// every name the options produce (schema, tables, indexes and constraints). Errors wrap
-// outbox.ErrInvalidOptions and name the field.
-func (o Options) Validate() error {
-	if err := o.Options.Validate(); err != nil {
-		return err
+// validateOptions applies the defaults and checks the dialect-independent rules and
+// SQL Server's identifier rules for every name the options produce (schema, tables,
+// indexes and constraints). Errors wrap outbox.ErrInvalidOptions and name the field.
+func validateOptions(o outbox.Options) (outbox.Options, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return o, err
 	}
 	if o.Schema != "" {
 		if n := utf16Len(o.Schema); n > MaxIdentifierUnits {
-			return outbox.InvalidOption("Schema", "is %d UTF-16 code units long; SQL Server names hold at most %d", n, MaxIdentifierUnits)
+			return o, outbox.InvalidOption("Schema", "is %d UTF-16 code units long; SQL Server names hold at most %d", n, MaxIdentifierUnits)
 		}
 		if strings.TrimRight(o.Schema, " ") == "" {
-			return outbox.InvalidOption("Schema", "is blank; leave it empty for %s", DefaultSchema)
+			return o, outbox.InvalidOption("Schema", "is blank; leave it empty for %s", DefaultSchema)
 		}
 	}
 	if n, max := utf16Len(o.TablePrefix), MaxTablePrefixUnits; n > max {
-		return outbox.InvalidOption("TablePrefix", "is %d UTF-16 code units long; at most %d fit: the longest name made from it appends %q, and SQL Server names hold at most %d",
+		return o, outbox.InvalidOption("TablePrefix", "is %d UTF-16 code units long; at most %d fit: the longest name made from it appends %q, and SQL Server names hold at most %d",
 			n, max, longestSuffix(), MaxIdentifierUnits)
 	}
 	// The rule above is derived from the suffixes; checking every generated name keeps
 	// it honest should a longer name be added.
-	for _, name := range newNames(o.Options).all() {
+	for _, name := range newNames(o).all() {
 		if n := utf16Len(name); n > MaxIdentifierUnits {
-			return outbox.InvalidOption("TablePrefix", "makes the name %q %d UTF-16 code units long; SQL Server names hold at most %d", name, n, MaxIdentifierUnits)
+			return o, outbox.InvalidOption("TablePrefix", "makes the name %q %d UTF-16 code units long; SQL Server names hold at most %d", name, n, MaxIdentifierUnits)
 		}
 	}
-	return nil
+	return o, nil
 }
 
 func longestSuffix() string {
@@ -82,12 +67,6 @@ func utf16Len(s string) int {
 		n += utf16.RuneLen(r)
 	}
 	return n
-}
-
-// validate applies defaults and validates.
-func (o Options) validate() (Options, error) {
-	o = o.WithDefaults()
-	return o, o.Validate()
 }
 
 // names holds the unquoted names of one outbox's objects. Table-scoped index names are

@@ -41,40 +41,40 @@ func TestMaxTablePrefix(t *testing.T) {
 
 func TestOptionsValidate(t *testing.T) {
 	emoji := "\U0001F600" // two UTF-16 code units
-	ok := []Options{
+	ok := []outbox.Options{
 		{},
-		{Options: outbox.Options{Schema: "messaging", TablePrefix: "orders_", Lanes: 1}},
-		{Options: outbox.Options{TablePrefix: strings.Repeat("p", 106)}},
-		{Options: outbox.Options{TablePrefix: strings.Repeat(emoji, 53)}},
-		{Options: outbox.Options{TablePrefix: strings.Repeat("é", 106)}}, // BMP: one unit each
-		{Options: outbox.Options{Schema: strings.Repeat("s", 128)}},
-		{Options: outbox.Options{Schema: strings.Repeat(emoji, 64)}},
-		{Options: outbox.Options{Schema: "a]b'c", TablePrefix: "x]'[_"}},
-		{Options: outbox.Options{Lanes: outbox.LanesMax}},
+		{Schema: "messaging", TablePrefix: "orders_", Lanes: 1},
+		{TablePrefix: strings.Repeat("p", 106)},
+		{TablePrefix: strings.Repeat(emoji, 53)},
+		{TablePrefix: strings.Repeat("é", 106)}, // BMP: one unit each
+		{Schema: strings.Repeat("s", 128)},
+		{Schema: strings.Repeat(emoji, 64)},
+		{Schema: "a]b'c", TablePrefix: "x]'[_"},
+		{Lanes: outbox.LanesMax},
 	}
 	for _, o := range ok {
-		if _, err := o.validate(); err != nil {
+		if _, err := validateOptions(o); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
 	bad := []struct {
-		opts     Options
+		opts     outbox.Options
 		contains []string
 	}{
-		{Options{Options: outbox.Options{TablePrefix: strings.Repeat("p", 107)}}, []string{"TablePrefix", "107 UTF-16 code units", "at most 106", "outbox_df_message_uuid"}},
-		{Options{Options: outbox.Options{TablePrefix: strings.Repeat(emoji, 54)}}, []string{"TablePrefix", "108 UTF-16 code units"}},
-		{Options{Options: outbox.Options{Schema: strings.Repeat("s", 129)}}, []string{"Schema", "129 UTF-16 code units", "128"}},
-		{Options{Options: outbox.Options{Schema: strings.Repeat(emoji, 65)}}, []string{"Schema", "130 UTF-16 code units"}},
-		{Options{Options: outbox.Options{Schema: "   "}}, []string{"Schema", "blank"}},
-		{Options{Options: outbox.Options{TablePrefix: "a\x00b"}}, []string{"TablePrefix", "NUL"}},
-		{Options{Options: outbox.Options{Schema: "a\x00b"}}, []string{"Schema", "NUL"}},
-		{Options{Options: outbox.Options{TablePrefix: "a\xffb"}}, []string{"TablePrefix", "UTF-8"}},
-		{Options{Options: outbox.Options{Schema: "\xc3"}}, []string{"Schema", "UTF-8"}},
-		{Options{Options: outbox.Options{Lanes: -1}}, []string{"Lanes"}},
-		{Options{Options: outbox.Options{Lanes: outbox.LanesMax + 1}}, []string{"Lanes"}},
+		{outbox.Options{TablePrefix: strings.Repeat("p", 107)}, []string{"TablePrefix", "107 UTF-16 code units", "at most 106", "outbox_df_message_uuid"}},
+		{outbox.Options{TablePrefix: strings.Repeat(emoji, 54)}, []string{"TablePrefix", "108 UTF-16 code units"}},
+		{outbox.Options{Schema: strings.Repeat("s", 129)}, []string{"Schema", "129 UTF-16 code units", "128"}},
+		{outbox.Options{Schema: strings.Repeat(emoji, 65)}, []string{"Schema", "130 UTF-16 code units"}},
+		{outbox.Options{Schema: "   "}, []string{"Schema", "blank"}},
+		{outbox.Options{TablePrefix: "a\x00b"}, []string{"TablePrefix", "NUL"}},
+		{outbox.Options{Schema: "a\x00b"}, []string{"Schema", "NUL"}},
+		{outbox.Options{TablePrefix: "a\xffb"}, []string{"TablePrefix", "UTF-8"}},
+		{outbox.Options{Schema: "\xc3"}, []string{"Schema", "UTF-8"}},
+		{outbox.Options{Lanes: -1}, []string{"Lanes"}},
+		{outbox.Options{Lanes: outbox.LanesMax + 1}, []string{"Lanes"}},
 	}
 	for _, c := range bad {
-		_, err := c.opts.validate()
+		_, err := validateOptions(c.opts)
 		if !errors.Is(err, outbox.ErrInvalidOptions) {
 			t.Errorf("%.60q: error %v does not wrap ErrInvalidOptions", c.opts.TablePrefix+"|"+c.opts.Schema, err)
 			continue
@@ -95,14 +95,14 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestOptionsDefaults(t *testing.T) {
-	s, err := New(openUnreachable(t), Options{Options: outbox.Options{TablePrefix: "x_"}})
+	s, err := New(openUnreachable(t), outbox.Options{TablePrefix: "x_"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Options(); got.Lanes != outbox.LanesDefault || got.TablePrefix != "x_" || got.Schema != "" {
 		t.Fatalf("Options() = %+v", got)
 	}
-	if _, err := New(nil, Options{}); err == nil {
+	if _, err := New(nil, outbox.Options{}); err == nil {
 		t.Fatal("New(nil db) succeeded")
 	}
 }

@@ -90,17 +90,17 @@ func FuzzNames(f *testing.F) {
 		f.Add("msg", s)
 		f.Add(s, "p_")
 	}
-	plain := Options{Options: outbox.Options{Schema: "s", TablePrefix: "p_"}, CreateSchema: true}
+	plain := outbox.Options{Schema: "s", TablePrefix: "p_"}
 	plainShapes := scriptShapes(f, plain)
 	f.Fuzz(func(t *testing.T, schema, prefix string) {
-		opts := Options{Options: outbox.Options{Schema: schema, TablePrefix: prefix}, CreateSchema: true}
-		if opts, err := opts.validate(); err != nil || opts.Schema == "" {
+		opts := outbox.Options{Schema: schema, TablePrefix: prefix}
+		if opts, err := validateOptions(opts); err != nil || opts.Schema == "" {
 			t.Skip()
 		}
 		if !utf8.ValidString(schema) || !utf8.ValidString(prefix) {
 			t.Fatalf("invalid UTF-8 accepted: %q %q", schema, prefix)
 		}
-		qualified := QualifiedTable(opts.Options, opts.OutboxTable())
+		qualified := QualifiedTable(opts, opts.OutboxTable())
 		lit, rest, err := parseNString(quoteString(qualified))
 		if err != nil || rest != "" || lit != qualified {
 			t.Fatalf("literal of %s reads back as %q, %q, %v", qualified, lit, rest, err)
@@ -129,10 +129,10 @@ func FuzzNames(f *testing.F) {
 }
 
 // scriptShapes lexes every statement of the create script and of the store's DML.
-func scriptShapes(t testing.TB, opts Options) [][]token {
+func scriptShapes(t testing.TB, opts outbox.Options) [][]token {
 	t.Helper()
 	var out [][]token
-	for _, stmt := range append(createStatements(opts), allQueries(newQueries(newNames(opts.Options)))...) {
+	for _, stmt := range append(createStatements(opts), allQueries(newQueries(newNames(opts)))...) {
 		toks, err := lex(stmt)
 		if err != nil {
 			t.Fatalf("lex %q: %v", stmt, err)

@@ -7,12 +7,13 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// CreateScript returns idempotent T-SQL that creates the outbox's tables and indexes
-// (and its schema when opts.CreateSchema is set): existing objects are left as they
-// are, never validated or altered. The text is one valid batch (no GO separators), so
-// it can go to a migration tool or to sql.DB.Exec as is.
-func CreateScript(opts Options) (string, error) {
-	opts, err := opts.validate()
+// CreateScript returns idempotent T-SQL that creates the outbox's tables and indexes,
+// and opts.Schema when it is set and missing (as PostgreSQL's CREATE SCHEMA IF NOT
+// EXISTS does): existing objects are left as they are, never validated or altered. The
+// text is one valid batch (no GO separators), so it can go to a migration tool or to
+// sql.DB.Exec as is.
+func CreateScript(opts outbox.Options) (string, error) {
+	opts, err := validateOptions(opts)
 	if err != nil {
 		return "", err
 	}
@@ -24,8 +25,8 @@ const zeroBinary16 = "0x00000000000000000000000000000000"
 
 // createStatements returns the script as separate statements, which CreateSchema runs
 // one by one (on one connection, so the SET applies to the rest).
-func createStatements(opts Options) []string {
-	n := newNames(opts.Options)
+func createStatements(opts outbox.Options) []string {
+	n := newNames(opts)
 	q := quoteIdent
 	schema := q(n.schema)
 	outbox := schema + "." + q(n.outbox)
@@ -38,7 +39,7 @@ func createStatements(opts Options) []string {
 	// created with ANSI_PADDING ON.
 	stmts := []string{"SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n" +
 		"SET CONCAT_NULL_YIELDS_NULL ON;\nSET QUOTED_IDENTIFIER ON;\nSET NUMERIC_ROUNDABORT OFF;"}
-	if opts.CreateSchema && opts.Schema != "" {
+	if opts.Schema != "" {
 		stmts = append(stmts, "IF SCHEMA_ID("+quoteString(n.schema)+") IS NULL\n"+
 			"    EXEC("+quoteString("CREATE SCHEMA "+schema)+");")
 	}

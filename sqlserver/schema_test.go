@@ -51,13 +51,12 @@ func allQueries(q *queries) []string {
 func TestCreateScriptGolden(t *testing.T) {
 	for _, c := range []struct {
 		file string
-		opts Options
+		opts outbox.Options
 	}{
-		{"create_default.sql", Options{}},
-		{"create_custom.sql", Options{Options: outbox.Options{Schema: "messaging", TablePrefix: "orders_"}, CreateSchema: true}},
-		// CreateSchema with the default schema creates nothing: dbo always exists.
-		{"create_quoted.sql", Options{Options: outbox.Options{Schema: "sch]ema'", TablePrefix: "o]'[_"}, CreateSchema: true}},
-		{"create_custom_no_schema.sql", Options{Options: outbox.Options{Schema: "messaging", TablePrefix: "orders_"}}},
+		// The default schema (dbo) always exists: nothing creates it.
+		{"create_default.sql", outbox.Options{}},
+		{"create_custom.sql", outbox.Options{Schema: "messaging", TablePrefix: "orders_"}},
+		{"create_quoted.sql", outbox.Options{Schema: "sch]ema'", TablePrefix: "o]'[_"}},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			script, err := CreateScript(c.opts)
@@ -83,19 +82,20 @@ func TestQueriesGolden(t *testing.T) {
 	golden(t, "queries_default.sql", strings.Join(qs, "\n\n")+"\n")
 }
 
-func TestCreateScriptSchemaOnlyWhenAsked(t *testing.T) {
-	with, _ := CreateScript(Options{Options: outbox.Options{Schema: "m"}, CreateSchema: true})
-	without, _ := CreateScript(Options{Options: outbox.Options{Schema: "m"}})
-	dbo, _ := CreateScript(Options{CreateSchema: true})
-	if !strings.Contains(with, "CREATE SCHEMA [m]") || strings.Contains(without, "CREATE SCHEMA") || strings.Contains(dbo, "CREATE SCHEMA") {
-		t.Fatalf("CREATE SCHEMA must appear exactly when CreateSchema is set for a named schema")
+// A named schema is created when missing (as PostgreSQL's CREATE SCHEMA IF NOT EXISTS);
+// the default one (dbo) always exists.
+func TestCreateScriptCreatesNamedSchema(t *testing.T) {
+	named, _ := CreateScript(outbox.Options{Schema: "m"})
+	dbo, _ := CreateScript(outbox.Options{})
+	if !strings.Contains(named, "IF SCHEMA_ID(N'm') IS NULL") || !strings.Contains(named, "CREATE SCHEMA [m]") || strings.Contains(dbo, "CREATE SCHEMA") {
+		t.Fatalf("CREATE SCHEMA must appear, guarded, exactly for a named schema:\n%s", named)
 	}
 }
 
 // Every CREATE is guarded, so the script runs twice; the store runs the same
 // statements as the script.
 func TestCreateScriptIdempotentGuards(t *testing.T) {
-	opts := Options{Options: outbox.Options{Schema: "m", TablePrefix: "p_"}, CreateSchema: true}
+	opts := outbox.Options{Schema: "m", TablePrefix: "p_"}
 	stmts := createStatements(opts.WithDefaults())
 	for _, s := range stmts {
 		if strings.Contains(s, "CREATE ") && !strings.HasPrefix(s, "IF ") {
@@ -119,7 +119,7 @@ func TestCreateScriptIdempotentGuards(t *testing.T) {
 }
 
 func TestCreateScriptInvalidOptions(t *testing.T) {
-	_, err := CreateScript(Options{Options: outbox.Options{TablePrefix: strings.Repeat("p", 200)}})
+	_, err := CreateScript(outbox.Options{TablePrefix: strings.Repeat("p", 200)})
 	if err == nil || !strings.Contains(err.Error(), "TablePrefix") {
 		t.Fatalf("CreateScript with a 200-character prefix: %v", err)
 	}

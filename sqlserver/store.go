@@ -26,7 +26,7 @@ const maxIDsPerStatement = 2000
 // Store is the SQL Server outbox.Store.
 type Store struct {
 	db       *sql.DB
-	opts     Options
+	opts     outbox.Options
 	q        *queries
 	script   []string
 	scanners sync.Pool
@@ -41,21 +41,21 @@ var (
 // New returns a store over db (opened with the "sqlserver" driver of go-mssqldb) for the
 // tables opts names. It validates opts (errors wrap outbox.ErrInvalidOptions and name
 // the field) and does not touch the database.
-func New(db *sql.DB, opts Options) (*Store, error) {
-	opts, err := opts.validate()
+func New(db *sql.DB, opts outbox.Options) (*Store, error) {
+	opts, err := validateOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	if db == nil {
 		return nil, errors.New("sqlserver: New: nil *sql.DB")
 	}
-	s := &Store{db: db, opts: opts, q: newQueries(newNames(opts.Options)), script: createStatements(opts)}
+	s := &Store{db: db, opts: opts, q: newQueries(newNames(opts)), script: createStatements(opts)}
 	s.batches = lockedbatch.Dialect{Name: "sqlserver", Wrap: wrap, Finish: s.finishBatch, Retry: retry}
 	return s, nil
 }
 
 // Options returns the validated options with defaults.
-func (s *Store) Options() outbox.Options { return s.opts.Options }
+func (s *Store) Options() outbox.Options { return s.opts }
 
 // DB returns the database the store runs its statements on.
 func (s *Store) DB() *sql.DB { return s.db }

@@ -13,7 +13,7 @@ import (
 // Caller errors are reported before any I/O (the database here is unreachable, so an
 // attempt to use it would fail differently and slowly).
 func TestArgumentChecks(t *testing.T) {
-	s, err := New(openUnreachable(t), Options{Options: outbox.Options{Lanes: 4}})
+	s, err := New(openUnreachable(t), outbox.Options{Lanes: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func dialectFor(name, prefix string) (dialect, error) {
 			insertOrder: `INSERT INTO dbo.[` + orders + `] (id, customer, amount_cents) VALUES (@p1, @p2, @p3)`,
 			countOrder:  `SELECT COUNT(*) FROM dbo.[` + orders + `] WHERE id = @p1`,
 			newStore: func(db *sql.DB, o outbox.Options) (outbox.Store, error) {
-				return sqlserver.New(db, sqlserver.Options{Options: o})
+				return sqlserver.New(db, o)
 			},
 		}, nil
 	}

@@ -52,10 +52,7 @@ func run(ctx context.Context, dsn, schema string) error {
 	// open a connection each after every burst, and database/sql keeps only two idle.
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
-	opts := sqlserver.Options{
-		Options:      outbox.Options{Schema: schema, TablePrefix: "example_"},
-		CreateSchema: schema != "", // create the schema itself too
-	}
+	opts := outbox.Options{Schema: schema, TablePrefix: "example_"} // a named schema is created when missing
 	store, err := sqlserver.New(db, opts)
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ func schemaPrint(_ context.Context, o *opts, w io.Writer) error {
 	case "postgres":
 		script, err = postgres.CreateScript(o.options())
 	case "sqlserver":
-		script, err = sqlserver.CreateScript(sqlserver.Options{Options: o.options()})
+		script, err = sqlserver.CreateScript(o.options())
 	default:
 		script, err = mysql.CreateScript(o.options())
 	}

@@ -52,7 +52,7 @@ func newStore(db *sql.DB, o *opts) (outbox.Store, error) {
 	case "postgres":
 		return postgres.New(db, o.options())
 	case "sqlserver":
-		return sqlserver.New(db, sqlserver.Options{Options: o.options()})
+		return sqlserver.New(db, o.options())
 	}
 	return mysql.New(db, o.options())
 }
