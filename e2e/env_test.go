@@ -77,7 +77,7 @@ func newEnv(t *testing.T, d dialect) *env {
 	e := &env{d: d, db: db, store: store, orders: d.table(opts, opts.TablePrefix+"orders"), outbox: d.table(opts, opts.OutboxTable())}
 	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 		var errs []error
-		for _, tb := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable(), opts.TablePrefix + "orders"} {
+		for _, tb := range append(opts.TableNames(), opts.TablePrefix+"orders") {
 			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.table(opts, tb)); err != nil {
 				errs = append(errs, err)
 			}

@@ -64,7 +64,7 @@ func pgTable(t *testing.T, db *sql.DB, lanes int) outbox.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, tbl := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+		for _, tbl := range opts.TableNames() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+postgres.QualifiedTable(opts, tbl))
 			cancel()

@@ -1,11 +1,13 @@
 package publisher_test
 
 import (
+	"context"
 	"database/sql"
 	"io"
 	"os"
 	"testing"
 
+	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 )
 
@@ -31,11 +33,15 @@ func TestExamples(t *testing.T) {
 	} {
 		t.Run(ex.name, func(t *testing.T) {
 			drop := func() {
-				for _, tb := range []string{"outbox", "outbox_lanes", "outbox_nodes", "orders"} {
-					if _, err := db.Exec("DROP TABLE IF EXISTS " + ex.prefix + tb); err != nil {
-						t.Fatal(err)
+				opts := outbox.Options{TablePrefix: ex.prefix}
+				testenv.Bounded(t, "drop the example's tables", testenv.CleanupTimeout, func(ctx context.Context) error {
+					for _, tb := range append(opts.TableNames(), ex.prefix+"orders") {
+						if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+tb); err != nil {
+							return err
+						}
 					}
-				}
+					return nil
+				})
 			}
 			drop()
 			defer drop()

@@ -143,7 +143,7 @@ func openTable(t *testing.T, d dialect) (*sql.DB, outbox.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, tbl := range []string{opts.OutboxTable(), opts.LanesTable(), opts.NodesTable()} {
+		for _, tbl := range opts.TableNames() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.qualify(opts, tbl))
 			cancel()
