@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/relayer-go/watermill-outbox/inbox"
+	"github.com/relayer-go/watermill-outbox/internal/inboxtest"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
@@ -29,9 +30,9 @@ import (
 // (default 1,000,000; 10,000,000 under OUTBOX_TEST_FULL=1): recording must cost the same
 // as over an empty table.
 func BenchmarkHandlerTx(b *testing.B) {
-	for _, d := range dialects {
-		b.Run(d.name, func(b *testing.B) { benchHandlerTx(b, d, 0) })
-		b.Run(d.name+"/filled", func(b *testing.B) { benchHandlerTx(b, d, filledEntries()) })
+	for _, d := range inboxtest.Dialects {
+		b.Run(d.Name, func(b *testing.B) { benchHandlerTx(b, d, 0) })
+		b.Run(d.Name+"/filled", func(b *testing.B) { benchHandlerTx(b, d, filledEntries()) })
 	}
 }
 
@@ -45,19 +46,19 @@ func filledEntries() int {
 	return 1_000_000
 }
 
-func benchHandlerTx(b *testing.B, d *dialect, filled int) {
-	if d.name == testenv.SQLServer && filled > 0 {
+func benchHandlerTx(b *testing.B, d *inboxtest.Dialect, filled int) {
+	if d.Name == testenv.SQLServer && filled > 0 {
 		b.Skip("no fill statement for SQL Server")
 	}
-	e := newEnv(b, d)
+	e := inboxtest.NewEnv(b, d)
 	if filled > 0 {
 		fillInbox(b, e, filled)
 	}
-	in := e.newInbox(b, inbox.Config{})
-	h := e.handler(nil)
-	baseline := e.out.Middleware()(func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) })
-	withInbox := e.chain(in, h)
-	oneMore := e.out.Middleware()(func(msg *message.Message) ([]*message.Message, error) {
+	in := e.NewInbox(b, inbox.Config{})
+	h := handler(e, nil)
+	baseline := e.Out.Middleware()(func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) })
+	withInbox := chain(e, in, h)
+	oneMore := e.Out.Middleware()(func(msg *message.Message) ([]*message.Message, error) {
 		tx, _ := publisher.SQLTxFromContext(msg.Context())
 		var one int
 		if err := tx.QueryRowContext(msg.Context(), "SELECT 1").Scan(&one); err != nil {
@@ -104,11 +105,11 @@ func benchHandlerTx(b *testing.B, d *dialect, filled int) {
 // fastest way to build a big table: random keys made MariaDB with a 128 MiB buffer pool
 // crawl for over 20 minutes at 10,000,000). The measured inserts use random UUIDs, so
 // they land on random leaf pages of the filled key all the same.
-func fillInbox(tb testing.TB, e *env, n int) {
+func fillInbox(tb testing.TB, e *inboxtest.Env, n int) {
 	tb.Helper()
-	table := e.d.table(e.opts, e.opts.InboxTable())
+	table := e.D.Table(e.Opts, e.Opts.InboxTable())
 	var q string
-	switch e.d.name {
+	switch e.D.Name {
 	case testenv.Postgres:
 		q = fmt.Sprintf(`INSERT INTO %s (consumer, message_uuid, processed_at)
 			SELECT 'other-' || (g %% 10), lpad(g::text, 12, '0'), now() - (g %% 864000) * interval '1 second' FROM generate_series(1, %d) AS g`, table, n)
@@ -126,7 +127,7 @@ func fillInbox(tb testing.TB, e *env, n int) {
 			table, x, strings.Join(from, " CROSS JOIN "), n)
 	}
 	start := time.Now()
-	if _, err := e.db.ExecContext(context.Background(), q); err != nil {
+	if _, err := e.DB.ExecContext(context.Background(), q); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Logf("filled the inbox with %d entries in %s", n, time.Since(start).Round(time.Second))

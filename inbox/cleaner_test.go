@@ -10,17 +10,18 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/inbox"
+	"github.com/relayer-go/watermill-outbox/internal/inboxtest"
 )
 
 // recordAt commits entries for consumer processed at at.
-func (e *env) recordAt(t testing.TB, consumer string, at time.Time, uuids ...string) {
+func recordAt(t testing.TB, e *inboxtest.Env, consumer string, at time.Time, uuids ...string) {
 	t.Helper()
-	tx, err := e.db.Begin()
+	tx, err := e.DB.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range uuids {
-		if _, err := e.store.RecordInbox(context.Background(), tx, consumer, u, at); err != nil {
+		if _, err := e.Store.RecordInbox(context.Background(), tx, consumer, u, at); err != nil {
 			_ = tx.Rollback()
 			t.Fatal(err)
 		}
@@ -56,19 +57,19 @@ func (m *fakeMetrics) Entries(s outbox.InboxStats) {
 // A round deletes every entry older than the window in batches and keeps the others;
 // another instance meanwhile does nothing (the lease).
 func TestCleanerPrunesOutsideWindow(t *testing.T) {
-	eachDialect(t, func(t *testing.T, e *env) {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
 		now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-		e.recordAt(t, "a", now.Add(-48*time.Hour), uuids("old", 25)...)
-		e.recordAt(t, "b", now.Add(-25*time.Hour), uuids("old", 5)...)
-		e.recordAt(t, "a", now.Add(-23*time.Hour), uuids("new", 7)...)
+		recordAt(t, e, "a", now.Add(-48*time.Hour), uuids("old", 25)...)
+		recordAt(t, e, "b", now.Add(-25*time.Hour), uuids("old", 5)...)
+		recordAt(t, e, "a", now.Add(-23*time.Hour), uuids("new", 7)...)
 		m := &fakeMetrics{}
 		cfg := inbox.CleanerConfig{Window: 24 * time.Hour, BatchSize: 4, BatchPause: -1, Metrics: m, Now: func() time.Time { return now }}
-		c1, err := inbox.NewCleaner(e.store, cfg, nil)
+		c1, err := inbox.NewCleaner(e.Store, cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.Owner = "second"
-		c2, err := inbox.NewCleaner(e.store, cfg, nil)
+		c2, err := inbox.NewCleaner(e.Store, cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,11 +78,11 @@ func TestCleanerPrunesOutsideWindow(t *testing.T) {
 		if err != nil || n != 30 {
 			t.Fatalf("RunOnce = %d, %v; want 30", n, err)
 		}
-		e.recordAt(t, "a", now.Add(-30*time.Hour), "late")
+		recordAt(t, e, "a", now.Add(-30*time.Hour), "late")
 		if n, err := c2.RunOnce(ctx); err != nil || n != 0 {
 			t.Fatalf("second instance while the first holds the lease: %d, %v; want 0", n, err)
 		}
-		if got := e.inboxRows(t); got != 8 {
+		if got := e.InboxRows(t); got != 8 {
 			t.Fatalf("%d entries left; want 8", got)
 		}
 		if m.pruned != 30 || len(m.entries) != 1 || m.entries[0].Entries() != 7 {

@@ -17,6 +17,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/inbox"
+	"github.com/relayer-go/watermill-outbox/internal/inboxtest"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -25,14 +26,14 @@ func full() bool { return os.Getenv("OUTBOX_TEST_FULL") != "" }
 
 // handler applies the message's effect and publishes one outgoing message, both in the
 // middleware's transaction.
-func (e *env) handler(calls *atomic.Int64) message.NoPublishHandlerFunc {
+func handler(e *inboxtest.Env, calls *atomic.Int64) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		if calls != nil {
 			calls.Add(1)
 		}
 		ctx := msg.Context()
 		tx, _ := publisher.SQLTxFromContext(ctx)
-		if err := e.applyEffect(ctx, tx, msg.UUID); err != nil {
+		if err := e.ApplyEffect(ctx, tx, msg.UUID); err != nil {
 			return err
 		}
 		pub, _ := publisher.PublisherFromContext(ctx)
@@ -41,21 +42,9 @@ func (e *env) handler(calls *atomic.Int64) message.NoPublishHandlerFunc {
 }
 
 // chain wraps h the way a router would with out.Middleware(db) and in.Middleware().
-func (e *env) chain(in *inbox.Inbox, h message.NoPublishHandlerFunc) message.HandlerFunc {
+func chain(e *inboxtest.Env, in *inbox.Inbox, h message.NoPublishHandlerFunc) message.HandlerFunc {
 	inner := func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) }
-	return e.out.Middleware()(in.Middleware()(inner))
-}
-
-func (e *env) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
-	t.Helper()
-	if cfg.Consumer == nil {
-		cfg.Consumer = inbox.ConsumerName("billing")
-	}
-	in, err := inbox.New(e.store, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
+	return e.Out.Middleware()(in.Middleware()(inner))
 }
 
 func deliver(h message.HandlerFunc, uuid string) error {
@@ -66,10 +55,10 @@ func deliver(h message.HandlerFunc, uuid string) error {
 // A redelivered message is acked without running the handler and counted; its effect
 // and its outgoing message exist once.
 func TestDuplicateSkipped(t *testing.T) {
-	eachDialect(t, func(t *testing.T, e *env) {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
 		var calls atomic.Int64
-		in := e.newInbox(t, inbox.Config{})
-		h := e.chain(in, e.handler(&calls))
+		in := e.NewInbox(t, inbox.Config{})
+		h := chain(e, in, handler(e, &calls))
 		for range 3 {
 			if err := deliver(h, "m-1"); err != nil {
 				t.Fatal(err)
@@ -78,16 +67,16 @@ func TestDuplicateSkipped(t *testing.T) {
 		if calls.Load() != 1 {
 			t.Fatalf("handler ran %d times; want 1", calls.Load())
 		}
-		e.checkApplications(t, 1)
-		if n := e.outboxRows(t); n != 1 {
+		e.CheckApplications(t, 1)
+		if n := e.OutboxRows(t); n != 1 {
 			t.Fatalf("%d outgoing messages; want 1", n)
 		}
 		if c := in.Counters(); c.Recorded != 1 || c.Duplicates != 2 {
 			t.Fatalf("counters %+v; want 1 recorded, 2 duplicates", c)
 		}
 		// Another consumer applies the same message once too.
-		other := e.newInbox(t, inbox.Config{Consumer: inbox.ConsumerName("shipping")})
-		if err := deliver(e.chain(other, e.handler(&calls)), "m-1"); err != nil {
+		other := e.NewInbox(t, inbox.Config{Consumer: inbox.ConsumerName("shipping")})
+		if err := deliver(chain(e, other, handler(e, &calls)), "m-1"); err != nil {
 			t.Fatal(err)
 		}
 		if calls.Load() != 2 {
@@ -98,22 +87,22 @@ func TestDuplicateSkipped(t *testing.T) {
 
 // A message without a UUID is an error, never processed.
 func TestNoUUIDIsAnError(t *testing.T) {
-	eachDialect(t, func(t *testing.T, e *env) {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
 		var calls atomic.Int64
-		err := deliver(e.chain(e.newInbox(t, inbox.Config{}), e.handler(&calls)), "")
+		err := deliver(chain(e, e.NewInbox(t, inbox.Config{}), handler(e, &calls)), "")
 		if !errors.Is(err, outbox.ErrNoMessageUUID) {
 			t.Fatalf("err = %v; want ErrNoMessageUUID", err)
 		}
-		if calls.Load() != 0 || e.inboxRows(t) != 0 {
-			t.Fatalf("handler ran %d times, %d inbox rows; want none", calls.Load(), e.inboxRows(t))
+		if calls.Load() != 0 || e.InboxRows(t) != 0 {
+			t.Fatalf("handler ran %d times, %d inbox rows; want none", calls.Load(), e.InboxRows(t))
 		}
 	})
 }
 
 // Without publisher's Middleware around it the inbox has no transaction to record in.
 func TestNoTxIsAnError(t *testing.T) {
-	e := newEnv(t, dialects[0])
-	h := e.newInbox(t, inbox.Config{}).Middleware()(func(*message.Message) ([]*message.Message, error) {
+	e := inboxtest.NewEnv(t, inboxtest.Dialects[0])
+	h := e.NewInbox(t, inbox.Config{}).Middleware()(func(*message.Message) ([]*message.Message, error) {
 		t.Fatal("handler ran")
 		return nil, nil
 	})
@@ -124,10 +113,10 @@ func TestNoTxIsAnError(t *testing.T) {
 
 // A failed handler rolls the record back with its writes: the redelivery runs it again.
 func TestFailedHandlerIsRetried(t *testing.T) {
-	eachDialect(t, func(t *testing.T, e *env) {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
 		var calls atomic.Int64
-		apply := e.handler(&calls)
-		h := e.chain(e.newInbox(t, inbox.Config{}), func(msg *message.Message) error {
+		apply := handler(e, &calls)
+		h := chain(e, e.NewInbox(t, inbox.Config{}), func(msg *message.Message) error {
 			if err := apply(msg); err != nil {
 				return err
 			}
@@ -147,7 +136,7 @@ func TestFailedHandlerIsRetried(t *testing.T) {
 		if calls.Load() != 2 {
 			t.Fatalf("handler ran %d times; want 2 (failed, then applied)", calls.Load())
 		}
-		e.checkApplications(t, 1)
+		e.CheckApplications(t, 1)
 	})
 }
 
@@ -157,16 +146,16 @@ func TestConcurrentDeliveries(t *testing.T) {
 	for _, firstFails := range []bool{false, true} {
 		t.Run(fmt.Sprintf("first fails %v", firstFails), func(t *testing.T) {
 			t.Parallel()
-			eachDialect(t, func(t *testing.T, e *env) { concurrentDeliveries(t, e, firstFails) })
+			inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) { concurrentDeliveries(t, e, firstFails) })
 		})
 	}
 }
 
-func concurrentDeliveries(t *testing.T, e *env, firstFails bool) {
+func concurrentDeliveries(t *testing.T, e *inboxtest.Env, firstFails bool) {
 	var calls atomic.Int64
-	apply := e.handler(&calls)
+	apply := handler(e, &calls)
 	inFirst, release := make(chan struct{}), make(chan struct{})
-	h := e.chain(e.newInbox(t, inbox.Config{}), func(msg *message.Message) error {
+	h := chain(e, e.NewInbox(t, inbox.Config{}), func(msg *message.Message) error {
 		if calls.Load() > 0 { // the second delivery, run only after a rollback
 			return apply(msg)
 		}
@@ -204,7 +193,7 @@ func concurrentDeliveries(t *testing.T, e *env, firstFails bool) {
 	if calls.Load() != wantCalls {
 		t.Fatalf("handler ran %d times; want %d", calls.Load(), wantCalls)
 	}
-	e.checkApplications(t, 1)
+	e.CheckApplications(t, 1)
 }
 
 // Duplicate storm: every message delivered three times, concurrently and shuffled:
@@ -215,9 +204,9 @@ func TestDuplicateStorm(t *testing.T) {
 	if full() {
 		n = 10000
 	}
-	eachDialect(t, func(t *testing.T, e *env) {
-		in := e.newInbox(t, inbox.Config{})
-		h := e.chain(in, e.handler(nil))
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
+		in := e.NewInbox(t, inbox.Config{})
+		h := chain(e, in, handler(e, nil))
 		deliveries := make([]string, 0, 3*n)
 		for i := range n {
 			id := fmt.Sprintf("storm-%06d", i)
@@ -256,31 +245,31 @@ func TestDuplicateStorm(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		e.checkApplications(t, n)
+		e.CheckApplications(t, n)
 		c := in.Counters()
 		t.Logf("%s: %d messages × 3 in %s: %d effects, %d recorded, %d duplicates, %d outgoing, %d deliveries retried (deadlock victims)",
-			e.d.name, n, time.Since(start).Round(time.Millisecond), n, c.Recorded, c.Duplicates, e.outboxRows(t), retried.Load())
-		if c.Recorded != uint64(n) || c.Duplicates != uint64(2*n) || e.outboxRows(t) != n {
-			t.Fatalf("counters %+v, %d outgoing; want %d recorded, %d duplicates, %d outgoing", c, e.outboxRows(t), n, 2*n, n)
+			e.D.Name, n, time.Since(start).Round(time.Millisecond), n, c.Recorded, c.Duplicates, e.OutboxRows(t), retried.Load())
+		if c.Recorded != uint64(n) || c.Duplicates != uint64(2*n) || e.OutboxRows(t) != n {
+			t.Fatalf("counters %+v, %d outgoing; want %d recorded, %d duplicates, %d outgoing", c, e.OutboxRows(t), n, 2*n, n)
 		}
 	})
 }
 
 // Through a router the consumer defaults to the handler's name.
 func TestRouterConsumerIsHandlerName(t *testing.T) {
-	eachDialect(t, func(t *testing.T, e *env) {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
 		pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		in, err := inbox.New(e.store, inbox.Config{}, nil)
+		in, err := inbox.New(e.Store, inbox.Config{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		router.AddMiddleware(e.out.Middleware(), in.Middleware())
+		router.AddMiddleware(e.Out.Middleware(), in.Middleware())
 		var calls atomic.Int64
-		router.AddConsumerHandler("orders_consumer", "in", pubsub, e.handler(&calls))
+		router.AddConsumerHandler("orders_consumer", "in", pubsub, handler(e, &calls))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() { _ = router.Run(ctx) }()
@@ -295,7 +284,7 @@ func TestRouterConsumerIsHandlerName(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		_ = router.Close()
-		st, err := e.store.InboxStats(context.Background())
+		st, err := e.Store.InboxStats(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

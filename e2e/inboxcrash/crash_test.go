@@ -27,6 +27,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/inbox"
+	"github.com/relayer-go/watermill-outbox/internal/inboxtest"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
@@ -179,15 +180,15 @@ func TestHelperProcess(t *testing.T) {
 	if role == "" {
 		t.Skip("helper process of the inbox crash tests")
 	}
-	var d *dialect
-	for _, c := range dialects {
-		if c.name == os.Getenv(envDialect) {
+	var d *inboxtest.Dialect
+	for _, c := range inboxtest.Dialects {
+		if c.Name == os.Getenv(envDialect) {
 			d = c
 		}
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	db := sharedDB(t, d)
+	db := inboxtest.SharedDB(t, d)
 	url := testenv.DSN(t, testenv.AMQP)
 	var err error
 	switch role {
@@ -206,14 +207,14 @@ func TestHelperProcess(t *testing.T) {
 }
 
 // consumerEnv rebuilds, in a child, the env the parent made.
-func childEnv(d *dialect, db *sql.DB, prefix string) (*env, error) {
+func childEnv(d *inboxtest.Dialect, db *sql.DB, prefix string) (*inboxtest.Env, error) {
 	opts := outbox.Options{TablePrefix: prefix}
-	s, err := d.store(db, opts)
+	s, err := d.Store(db, opts)
 	if err != nil {
 		return nil, err
 	}
-	e := &env{d: d, db: db, opts: s.Options(), store: s, effects: d.table(opts, prefix+"effects")}
-	e.out, err = publisher.New(s, publisher.Config{}, nil)
+	e := &inboxtest.Env{D: d, DB: db, Opts: s.Options(), Store: s, Effects: d.Table(opts, prefix+"effects")}
+	e.Out, err = publisher.New(s, publisher.Config{}, nil)
 	return e, err
 }
 
@@ -221,12 +222,12 @@ func childEnv(d *dialect, db *sql.DB, prefix string) (*env, error) {
 // row and, with publish, one outgoing message (a fresh UUID) through the outbox, which
 // its forwarder sends to envTopicOut. The handler sleeps a little inside and after the
 // transaction, so that kills land mid-handler and between commit and ack.
-func runConsumer(ctx context.Context, d *dialect, db *sql.DB, url string, publish bool) error {
+func runConsumer(ctx context.Context, d *inboxtest.Dialect, db *sql.DB, url string, publish bool) error {
 	e, err := childEnv(d, db, os.Getenv(envPrefix))
 	if err != nil {
 		return err
 	}
-	in, err := inbox.New(e.store, inbox.Config{Metrics: printMetrics{}}, nil)
+	in, err := inbox.New(e.Store, inbox.Config{Metrics: printMetrics{}}, nil)
 	if err != nil {
 		return err
 	}
@@ -247,14 +248,14 @@ func runConsumer(ctx context.Context, d *dialect, db *sql.DB, url string, publis
 		}
 	}
 	if os.Getenv(envNoInbox) != "" {
-		router.AddMiddleware(afterCommit, e.out.Middleware())
+		router.AddMiddleware(afterCommit, e.Out.Middleware())
 	} else {
-		router.AddMiddleware(afterCommit, e.out.Middleware(), in.Middleware())
+		router.AddMiddleware(afterCommit, e.Out.Middleware(), in.Middleware())
 	}
 	router.AddConsumerHandler("consumer", os.Getenv(envTopicIn), sub, func(msg *message.Message) error {
 		ctx := msg.Context()
 		tx, _ := publisher.SQLTxFromContext(ctx)
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (message_uuid, note) VALUES (%s, %s)", e.effects, d.ph(1), d.ph(2)),
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (message_uuid, note) VALUES (%s, %s)", e.Effects, d.Ph(1), d.Ph(2)),
 			msg.UUID, string(msg.Payload)); err != nil {
 			return err
 		}
@@ -276,8 +277,8 @@ func runConsumer(ctx context.Context, d *dialect, db *sql.DB, url string, publis
 }
 
 // runForwarder sends the outbox of prefix to RabbitMQ.
-func runForwarder(ctx context.Context, d *dialect, db *sql.DB, url, prefix string, ready bool) error {
-	s, err := d.store(db, outbox.Options{TablePrefix: prefix})
+func runForwarder(ctx context.Context, d *inboxtest.Dialect, db *sql.DB, url, prefix string, ready bool) error {
+	s, err := d.Store(db, outbox.Options{TablePrefix: prefix})
 	if err != nil {
 		return err
 	}
@@ -358,8 +359,8 @@ func TestE2E_SIGKILLConsumer(t *testing.T) {
 		t.Skip("short: a crash run takes half a minute")
 	}
 	url := testenv.DSN(t, testenv.AMQP)
-	eachDialect(t, func(t *testing.T, e *env) {
-		if e.d.name == testenv.SQLServer {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
+		if e.D.Name == testenv.SQLServer {
 			t.Skip("crash runs on MariaDB and PostgreSQL")
 		}
 		n := e2eSize()
@@ -367,13 +368,13 @@ func TestE2E_SIGKILLConsumer(t *testing.T) {
 		declareQueues(t, url, topic)
 		publishDirect(t, url, topic, n)
 		start := time.Now()
-		applied := func() bool { return e.count(t, "SELECT COUNT(DISTINCT message_uuid) FROM "+e.effects) >= n }
+		applied := func() bool { return e.Count(t, "SELECT COUNT(DISTINCT message_uuid) FROM "+e.Effects) >= n }
 		kills, dups := crashLoop(t, applied, 10*time.Minute, "consumer",
-			envDialect+"="+e.d.name, envPrefix+"="+e.opts.TablePrefix, envTopicIn+"="+topic)
+			envDialect+"="+e.D.Name, envPrefix+"="+e.Opts.TablePrefix, envTopicIn+"="+topic)
 		time.Sleep(500 * time.Millisecond) // let a redelivery in flight show up, were it applied twice
-		e.checkApplications(t, n)
+		e.CheckApplications(t, n)
 		t.Logf("%s: %d messages, %d SIGKILLs, %s: each effect applied once (%d effect rows, %d inbox entries), %d redeliveries skipped as duplicates",
-			e.d.name, n, kills, time.Since(start).Round(time.Second), e.count(t, "SELECT COUNT(*) FROM "+e.effects), e.inboxRows(t), dups)
+			e.D.Name, n, kills, time.Since(start).Round(time.Second), e.Count(t, "SELECT COUNT(*) FROM "+e.Effects), e.InboxRows(t), dups)
 		if kills == 0 {
 			t.Errorf("no kill landed before the run ended")
 		}
@@ -389,20 +390,20 @@ func TestE2E_SIGKILLControl(t *testing.T) {
 		t.Skip("set OUTBOX_TEST_INBOX_CONTROL=1 to run the control (consumer without the inbox)")
 	}
 	url := testenv.DSN(t, testenv.AMQP)
-	eachDialect(t, func(t *testing.T, e *env) {
-		if e.d.name == testenv.SQLServer {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
+		if e.D.Name == testenv.SQLServer {
 			t.Skip("crash runs on MariaDB and PostgreSQL")
 		}
 		n := e2eSize()
 		topic := uniqueName("inbox_control_")
 		declareQueues(t, url, topic)
 		publishDirect(t, url, topic, n)
-		applied := func() bool { return e.count(t, "SELECT COUNT(DISTINCT message_uuid) FROM "+e.effects) >= n }
+		applied := func() bool { return e.Count(t, "SELECT COUNT(DISTINCT message_uuid) FROM "+e.Effects) >= n }
 		kills, _ := crashLoop(t, applied, 10*time.Minute, "consumer",
-			envDialect+"="+e.d.name, envPrefix+"="+e.opts.TablePrefix, envTopicIn+"="+topic, envNoInbox+"=1")
+			envDialect+"="+e.D.Name, envPrefix+"="+e.Opts.TablePrefix, envTopicIn+"="+topic, envNoInbox+"=1")
 		time.Sleep(time.Second)
-		total := e.count(t, "SELECT COUNT(*) FROM "+e.effects)
-		t.Logf("%s without the inbox: %d messages, %d SIGKILLs: %d applications (%d applied twice or more)", e.d.name, n, kills, total, total-n)
+		total := e.Count(t, "SELECT COUNT(*) FROM "+e.Effects)
+		t.Logf("%s without the inbox: %d messages, %d SIGKILLs: %d applications (%d applied twice or more)", e.D.Name, n, kills, total, total-n)
 		if total <= n {
 			t.Errorf("no message applied twice without the inbox: the kills missed the commit-to-ack window")
 		}
@@ -420,12 +421,12 @@ func TestE2E_TwoHops(t *testing.T) {
 		t.Skip("short: a crash run takes half a minute")
 	}
 	url := testenv.DSN(t, testenv.AMQP)
-	eachDialect(t, func(t *testing.T, b *env) {
-		if b.d.name == testenv.SQLServer {
+	inboxtest.EachDialect(t, func(t *testing.T, b *inboxtest.Env) {
+		if b.D.Name == testenv.SQLServer {
 			t.Skip("crash runs on MariaDB and PostgreSQL")
 		}
 		n := e2eSize()
-		a, sink := newEnv(t, b.d), newEnv(t, b.d)
+		a, sink := inboxtest.NewEnv(t, b.D), inboxtest.NewEnv(t, b.D)
 		hop1, hop2 := uniqueName("inbox_hop1_"), uniqueName("inbox_hop2_")
 		declareQueues(t, url, hop1, hop2)
 		sinkIn := runSink(t, sink, url, hop2)
@@ -436,10 +437,10 @@ func TestE2E_TwoHops(t *testing.T) {
 		go func() { writeErr <- writeOutbox(a, hop1, n, &written) }()
 
 		start := time.Now()
-		env := []string{envDialect + "=" + b.d.name, envPrefix + "=" + b.opts.TablePrefix, envPrefixA + "=" + a.opts.TablePrefix,
+		env := []string{envDialect + "=" + b.D.Name, envPrefix + "=" + b.Opts.TablePrefix, envPrefixA + "=" + a.Opts.TablePrefix,
 			envTopicIn + "=" + hop1, envTopicOut + "=" + hop2}
-		sinkDone := func() bool { return sink.count(t, "SELECT COUNT(DISTINCT note) FROM "+sink.effects) >= n }
-		aSent := func() bool { return (written.Load() && a.outboxRows(t) == 0) || sinkDone() }
+		sinkDone := func() bool { return sink.Count(t, "SELECT COUNT(DISTINCT note) FROM "+sink.Effects) >= n }
+		aSent := func() bool { return (written.Load() && a.OutboxRows(t) == 0) || sinkDone() }
 		var wg sync.WaitGroup
 		var killsA, killsB, dupsB int
 		wg.Go(func() { killsA, _ = crashLoop(t, aSent, 10*time.Minute, "forwarderA", env...) })
@@ -450,30 +451,30 @@ func TestE2E_TwoHops(t *testing.T) {
 		}
 		time.Sleep(time.Second) // a late redelivery would show up now
 
-		b.checkApplications(t, n)
-		if got := b.outboxRows(t); got != 0 {
+		b.CheckApplications(t, n)
+		if got := b.OutboxRows(t); got != 0 {
 			t.Logf("B's outbox still holds %d rows (sent, not yet deleted when B was killed)", got)
 		}
-		sinkApplied := sink.count(t, "SELECT COUNT(*) FROM "+sink.effects)
-		sinkDistinct := sink.count(t, "SELECT COUNT(DISTINCT note) FROM "+sink.effects)
+		sinkApplied := sink.Count(t, "SELECT COUNT(*) FROM "+sink.Effects)
+		sinkDistinct := sink.Count(t, "SELECT COUNT(DISTINCT note) FROM "+sink.Effects)
 		if sinkApplied != n || sinkDistinct != n {
 			t.Fatalf("sink: %d applications of %d distinct original messages; want %d, each once", sinkApplied, sinkDistinct, n)
 		}
 		// B's outgoing UUIDs are fresh per application: the sink's entries count them.
-		if got := sink.inboxRows(t); got != n {
+		if got := sink.InboxRows(t); got != n {
 			t.Fatalf("sink recorded %d distinct messages from B; want %d (one per applied effect)", got, n)
 		}
 		t.Logf("%s: %d messages, A's forwarder killed %d times, B killed %d times, %s: B applied each once (%d redeliveries skipped at B), sink applied each once (%d duplicates from B's forwarder skipped)",
-			b.d.name, n, killsA, killsB, time.Since(start).Round(time.Second), dupsB, sinkIn.Counters().Duplicates)
+			b.D.Name, n, killsA, killsB, time.Since(start).Round(time.Second), dupsB, sinkIn.Counters().Duplicates)
 	})
 }
 
 // writeOutbox commits n messages to a's outbox (service A's writes), 20 per
 // transaction every 100 ms, and sets written at the end.
-func writeOutbox(a *env, topic string, n int, written *atomic.Bool) error {
+func writeOutbox(a *inboxtest.Env, topic string, n int, written *atomic.Bool) error {
 	defer written.Store(true)
 	for i := 0; i < n; i += 20 {
-		err := a.out.WithTx(context.Background(), func(ctx context.Context, tx *publisher.Tx) error {
+		err := a.Out.WithTx(context.Background(), func(ctx context.Context, tx *publisher.Tx) error {
 			for range min(20, n-i) {
 				id := watermill.NewUUID()
 				if err := tx.Publish(topic, message.NewMessage(id, []byte(id))); err != nil {
@@ -492,9 +493,9 @@ func writeOutbox(a *env, topic string, n int, written *atomic.Bool) error {
 
 // runSink consumes topic with the inbox in this process until the test ends; its effect
 // row's note is the original message's UUID (the payload B forwarded).
-func runSink(t *testing.T, sink *env, url, topic string) *inbox.Inbox {
+func runSink(t *testing.T, sink *inboxtest.Env, url, topic string) *inbox.Inbox {
 	t.Helper()
-	in := sink.newInbox(t, inbox.Config{})
+	in := sink.NewInbox(t, inbox.Config{})
 	sub, err := amqp.NewSubscriber(amqpConfig(url), watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
@@ -503,11 +504,11 @@ func runSink(t *testing.T, sink *env, url, topic string) *inbox.Inbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router.AddMiddleware(sink.out.Middleware(), in.Middleware())
+	router.AddMiddleware(sink.Out.Middleware(), in.Middleware())
 	router.AddConsumerHandler("sink", topic, sub, func(msg *message.Message) error {
 		ctx := msg.Context()
 		tx, _ := publisher.SQLTxFromContext(ctx)
-		_, err := tx.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (message_uuid, note) VALUES (%s, %s)", sink.effects, sink.d.ph(1), sink.d.ph(2)),
+		_, err := tx.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (message_uuid, note) VALUES (%s, %s)", sink.Effects, sink.D.Ph(1), sink.D.Ph(2)),
 			msg.UUID, string(msg.Payload))
 		return err
 	})
