@@ -123,7 +123,25 @@ func (l LeaseParams) Validate(lanes int) error {
 	if err := checkText(op, "Owner", l.Owner, 0); err != nil {
 		return err
 	}
-	return checkInstants(op, l.Now, l.Until)
+	return CheckTTL(op, l.TTL)
+}
+
+// CheckTTL checks the TTL of a lease or a heartbeat: at least a millisecond, at most
+// MaxTTL.
+func CheckTTL(op string, ttl time.Duration) error {
+	if ttl < time.Millisecond || ttl > MaxTTL {
+		return invalidArgument(op, "TTL %s out of range [1ms, %s]", ttl, MaxTTL)
+	}
+	return nil
+}
+
+// Validate checks q for Store.Head over a table of lanes lanes.
+func (q HeadQuery) Validate(lanes int) error {
+	const op = "head"
+	if q.Limit < 1 {
+		return invalidArgument(op, "Limit must be at least 1, got %d", q.Limit)
+	}
+	return checkLane(op, q.Lane, lanes, false)
 }
 
 // ValidateLane checks the lane of Store.ReleaseLease.

@@ -20,8 +20,11 @@ import (
 // these methods directly.
 //
 // Rules common to every method:
-//   - Every instant is supplied by the caller; stores never read a clock. Instants are
-//     stored in UTC at microsecond precision or better and returned in UTC.
+//   - Every instant of a row (due times, claim expiries) is supplied by the caller. Lane
+//     leases and heartbeats are the exception: their expiries are set and compared on
+//     the database's clock (the caller gives a TTL), so that forwarders whose clocks
+//     disagree still agree on who holds a lane. Instants are stored in UTC at
+//     microsecond precision or better and returned in UTC.
 //   - Eligible means: status pending, DeliverAt <= now, and no live claim (a claim whose
 //     expiry is <= now has expired).
 //   - Every method except Insert runs on its own pooled connection in autocommit, never in
@@ -32,7 +35,8 @@ import (
 //   - Mutations report how many rows they changed; a stale or expired token changes
 //     nothing and reports 0 or false, with a nil error.
 //   - Ordered (lane) operations take the caller's lane-lease token and change nothing
-//     unless that lease is live (fencing across forwarders).
+//     unless that lease is live on the database's clock when the statement runs
+//     (fencing across forwarders).
 type Store interface {
 	// Options returns the validated options (with defaults) the store was built with.
 	Options() Options
@@ -56,6 +60,16 @@ type Store interface {
 	// returns more rows than len(dst).
 	Read(ctx context.Context, q ReadQuery, dst []Record) ([]Record, error)
 
+	// Head returns the head run of lane q.Lane without changing anything: up to q.Limit
+	// pending rows in ID order (appended to dst[:0]), ending before the first row that
+	// is not due at q.Now or holds a live claim (such a row holds the whole lane). With
+	// q.HoldParkedKeys a row whose ordering key has a parked row with a smaller ID in the
+	// lane is passed over (neither returned nor holding the lane), so the other keys
+	// flow on. A lane worker under a live lease reads its lane this way instead of
+	// claiming rows: the lease already makes it the lane's only sender, and it deletes
+	// the sent run with one fenced Complete.
+	Head(ctx context.Context, q HeadQuery, dst []Record) ([]Record, error)
+
 	// Claim atomically takes up to c.Limit eligible rows for c.Token until c.Until,
 	// skipping rows another claimer holds or has locked, and returns them in ID order
 	// (appended to dst[:0]). Two claimers never get the same row.
@@ -72,7 +86,9 @@ type Store interface {
 	Renew(ctx context.Context, r RenewParams) (int, error)
 
 	// Complete deletes the rows among ids whose live claim is token (a delivered row is
-	// deleted), and returns how many it deleted.
+	// deleted), and returns how many it deleted. With a lane and a zero Token it deletes
+	// the pending rows of that lane among ids, fenced by the lease alone (a lane run read
+	// with Head and sent under the lease).
 	Complete(ctx context.Context, c CompleteParams) (int, error)
 
 	// Release gives back the live claims held by token (all of them, or only ids when
@@ -85,7 +101,8 @@ type Store interface {
 	// claim token it increments attempts, stores the error text, releases the claim, sets
 	// DeliverAt to RetryAt when RetryAt is after now, and parks the row when Park is set.
 	// It reports whether the row was changed; repeating it with the released token changes
-	// nothing.
+	// nothing. With a lane and a zero Token it changes the pending row of that lane,
+	// fenced by the lease alone (a head row read with Head).
 	Fail(ctx context.Context, f FailParams) (bool, error)
 
 	// Park moves one row to parked without a claim (for example a row that cannot be
@@ -120,24 +137,26 @@ type Store interface {
 	// Purge deletes the parked rows the filter selects and returns how many.
 	Purge(ctx context.Context, f ParkedFilter) (int, error)
 
-	// AcquireLease takes lane for owner with token until until, when the lane has no
-	// lease or its lease has expired at now (a takeover replaces the token). It reports
-	// whether the caller now holds the lease. Acquiring a lane the same token already
-	// holds extends it.
+	// AcquireLease takes lane for owner with token for l.TTL from the database's now,
+	// when the lane has no lease or its lease has expired on the database's clock (a
+	// takeover replaces the token). It reports whether the caller now holds the lease.
+	// Acquiring a lane the same token already holds extends it.
 	AcquireLease(ctx context.Context, l LeaseParams) (bool, error)
-	// RenewLease extends a live lease held with token; never shortens it.
+	// RenewLease extends a live lease held with token to the database's now plus l.TTL;
+	// never shortens it.
 	RenewLease(ctx context.Context, l LeaseParams) (bool, error)
 	// ReleaseLease gives up a lease held with token (live or not) so another forwarder can
 	// take it at once.
 	ReleaseLease(ctx context.Context, lane int, token Token) (bool, error)
-	// Leases lists every lease row (live or expired), ordered by lane.
+	// Leases lists every lease row (live or expired, as Lease.Live says on the
+	// database's clock), ordered by lane.
 	Leases(ctx context.Context) ([]Lease, error)
 
 	// Heartbeat records in the members table that owner (one forwarder instance) is alive
-	// until until; forwarders share lanes among the live members.
-	Heartbeat(ctx context.Context, owner string, until time.Time) error
-	// Members lists the owners whose heartbeat is live at now, sorted.
-	Members(ctx context.Context, now time.Time) ([]string, error)
+	// for ttl from the database's now; forwarders share lanes among the live members.
+	Heartbeat(ctx context.Context, owner string, ttl time.Duration) error
+	// Members lists the owners whose heartbeat is live on the database's clock, sorted.
+	Members(ctx context.Context) ([]string, error)
 	// Leave removes owner's heartbeat (graceful shutdown).
 	Leave(ctx context.Context, owner string) error
 }
@@ -157,6 +176,16 @@ type ReadQuery struct {
 	Lane  int // Unordered or a lane number
 	After ID  // exclusive cursor; the zero ID reads from the start
 	Now   time.Time
+}
+
+// HeadQuery selects the head run of a lane for Store.Head.
+type HeadQuery struct {
+	Lane  int // a lane number (not Unordered)
+	Limit int
+	Now   time.Time
+	// HoldParkedKeys: rows of an ordering key with an earlier parked row in the lane are
+	// passed over (see Store.Head).
+	HoldParkedKeys bool
 }
 
 // ClaimParams parameterises Store.Claim.
@@ -195,7 +224,7 @@ type RenewParams struct {
 
 // CompleteParams parameterises Store.Complete.
 type CompleteParams struct {
-	Token Token
+	Token Token // the rows' claim; zero for a lane run read with Head (Lane and Lease set)
 	IDs   []ID
 	Now   time.Time
 	Lane  int   // Unordered, or the lane whose lease must be live
@@ -214,7 +243,7 @@ type ReleaseParams struct {
 // FailParams parameterises Store.Fail.
 type FailParams struct {
 	ID      ID
-	Token   Token
+	Token   Token // the row's claim; zero for a head row read with Head (Lane and Lease set)
 	Now     time.Time
 	Error   string
 	RetryAt time.Time // when after Now, the row becomes due again only then
@@ -244,16 +273,21 @@ type LeaseParams struct {
 	Lane  int
 	Owner string // free text naming the holder (host/process), for operators
 	Token Token
-	Now   time.Time
-	Until time.Time
+	// TTL is how long the lease lasts from the database's now when the statement runs
+	// (at least a millisecond, at most MaxTTL).
+	TTL time.Duration
 }
+
+// MaxTTL bounds the TTL of leases and heartbeats.
+const MaxTTL = 24 * time.Hour
 
 // Lease is one row of the lane-lease table.
 type Lease struct {
 	Lane      int
 	Owner     string
 	Token     Token
-	ExpiresAt time.Time
+	ExpiresAt time.Time // on the database's clock
+	Live      bool      // ExpiresAt is after the database's now
 }
 
 // LaneStats is the backlog of one lane (or of unordered rows, Lane == Unordered).

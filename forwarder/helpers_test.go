@@ -400,16 +400,16 @@ func (o *outageStore) RenewLease(ctx context.Context, p outbox.LeaseParams) (boo
 	return o.Store.RenewLease(ctx, p)
 }
 
-func (o *outageStore) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+func (o *outageStore) Heartbeat(ctx context.Context, owner string, ttl time.Duration) error {
 	if err := o.fail(); err != nil {
 		return err
 	}
-	return o.Store.Heartbeat(ctx, owner, until)
+	return o.Store.Heartbeat(ctx, owner, ttl)
 }
 
-func (o *outageStore) Members(ctx context.Context, now time.Time) ([]string, error) {
+func (o *outageStore) Members(ctx context.Context) ([]string, error) {
 	if err := o.fail(); err != nil {
 		return nil, err
 	}
-	return o.Store.Members(ctx, now)
+	return o.Store.Members(ctx)
 }

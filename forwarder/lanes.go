@@ -129,7 +129,7 @@ func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
 			defer func() { <-sem; wg.Done() }()
 			r.now = f.now()
 			r.until = r.now.Add(f.cfg.LeaseTTL)
-			r.ok, r.err = f.store.RenewLease(ctx, outbox.LeaseParams{Lane: r.h.lane, Owner: f.cfg.Owner, Token: r.h.token, Now: r.now, Until: r.until})
+			r.ok, r.err = f.store.RenewLease(ctx, outbox.LeaseParams{Lane: r.h.lane, Owner: f.cfg.Owner, Token: r.h.token, TTL: f.cfg.LeaseTTL})
 		}()
 	}
 	wg.Wait()
@@ -164,7 +164,7 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.D
 	defer cancel()
 	f.reap(holds)
 	if renew {
-		if err := f.store.Heartbeat(ctx, f.cfg.Owner, f.now().Add(f.cfg.LeaseTTL)); err != nil {
+		if err := f.store.Heartbeat(ctx, f.cfg.Owner, f.cfg.LeaseTTL); err != nil {
 			f.logger.Error("Cannot record the forwarder's heartbeat", err, nil)
 		}
 		f.renewLeases(holds)
@@ -177,7 +177,7 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.D
 		// stopped across handovers and restarts, and resumes them once requeued.
 		f.refreshParkedLanes(ctx)
 	}
-	members, err := f.store.Members(ctx, f.now())
+	members, err := f.store.Members(ctx)
 	if err != nil {
 		f.logger.Error("Cannot list forwarder members; keeping the current lanes", err, nil)
 		return
@@ -221,10 +221,9 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.D
 		// lease read that found the lane free, sees the parked row.
 		f.refreshParkedLanes(ctx)
 	}
-	now := f.now()
 	taken := make([]bool, lanes)
 	for _, l := range leases {
-		if l.Lane >= 0 && l.Lane < lanes && !l.Token.IsZero() && l.ExpiresAt.After(now) {
+		if l.Lane >= 0 && l.Lane < lanes && !l.Token.IsZero() && l.Live {
 			taken[l.Lane] = true
 		}
 	}
@@ -238,7 +237,7 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.D
 		token := outbox.NewToken()
 		at := f.now()
 		until := at.Add(f.cfg.LeaseTTL)
-		ok, err := f.store.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: token, Now: at, Until: until})
+		ok, err := f.store.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: token, TTL: f.cfg.LeaseTTL})
 		if err != nil {
 			f.logger.Error("Cannot acquire a lane lease", err, watermill.LogFields{"lane": lane})
 			return

@@ -296,15 +296,30 @@ func leaseLossSetup(t *testing.T, tb *table, skew *atomic.Int64) (f *Forwarder, 
 	return f, rec, gate, lane, cfg
 }
 
-// takeOver acquires lane for another owner at an instant past every expiry the holder
-// could have renewed to.
-func takeOver(t *testing.T, tb *table, lane int, cfg Config) {
+// takeOver makes the holder of lane lose its lease at once: its lease row is released
+// with the holder's token (as if it had expired) and another owner acquires the lane.
+// It returns the new owner's token.
+func takeOver(t *testing.T, tb *table, lane int) outbox.Token {
 	t.Helper()
-	later := time.Now().Add(cfg.LeaseTTL + time.Second)
-	ok, err := tb.store.AcquireLease(context.Background(), outbox.LeaseParams{Lane: lane, Owner: "thief", Token: outbox.NewToken(), Now: later, Until: later.Add(time.Minute)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	leases, err := tb.store.Leases(ctx)
+	if err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	for _, l := range leases {
+		if l.Lane == lane {
+			if _, err := tb.store.ReleaseLease(ctx, lane, l.Token); err != nil {
+				t.Fatalf("takeover: %v", err)
+			}
+		}
+	}
+	thief := outbox.NewToken()
+	ok, err := tb.store.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "thief", Token: thief, TTL: time.Minute})
 	if err != nil || !ok {
 		t.Fatalf("takeover: %v %v", ok, err)
 	}
+	return thief
 }
 
 func laneDropped(f *Forwarder, lane int) func() bool {
@@ -326,7 +341,7 @@ func TestLeaseLossFencing(t *testing.T) {
 		var skew atomic.Int64
 		f, rec, gate, lane, cfg := leaseLossSetup(t, tb, &skew)
 		skew.Store(int64(cfg.LeaseTTL + time.Second)) // the pause, as the process sees it
-		takeOver(t, tb, lane, cfg)
+		takeOver(t, tb, lane)
 		rec.mu.Lock()
 		rec.gate = nil
 		rec.mu.Unlock()
@@ -347,8 +362,8 @@ func TestLeaseLossFencing(t *testing.T) {
 func TestLeaseLossStoreFencing(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		var skew atomic.Int64
-		f, rec, gate, lane, cfg := leaseLossSetup(t, tb, &skew)
-		takeOver(t, tb, lane, cfg) // by a clock LeaseTTL+1s ahead of the holder's
+		f, rec, gate, lane, _ := leaseLossSetup(t, tb, &skew)
+		takeOver(t, tb, lane) // by a clock LeaseTTL+1s ahead of the holder's
 		rec.mu.Lock()
 		rec.gate = nil
 		rec.mu.Unlock()
@@ -392,7 +407,7 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 				t.Fatalf("lease of lane %d still held by the closed forwarder", l.Lane)
 			}
 		}
-		members, _ := tb.store.Members(context.Background(), time.Now())
+		members, _ := tb.store.Members(context.Background())
 		if len(members) != 1 || members[0] != "b" {
 			t.Fatalf("members after close: %v", members)
 		}

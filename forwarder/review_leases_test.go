@@ -24,18 +24,18 @@ func (s *slowLeaseStore) wait(ctx context.Context) error {
 	}
 }
 
-func (s *slowLeaseStore) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+func (s *slowLeaseStore) Heartbeat(ctx context.Context, owner string, ttl time.Duration) error {
 	if err := s.wait(ctx); err != nil {
 		return err
 	}
-	return s.Store.Heartbeat(ctx, owner, until)
+	return s.Store.Heartbeat(ctx, owner, ttl)
 }
 
-func (s *slowLeaseStore) Members(ctx context.Context, now time.Time) ([]string, error) {
+func (s *slowLeaseStore) Members(ctx context.Context) ([]string, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	return s.Store.Members(ctx, now)
+	return s.Store.Members(ctx)
 }
 
 func (s *slowLeaseStore) Leases(ctx context.Context) ([]outbox.Lease, error) {

@@ -31,12 +31,12 @@ func (g *membersGate) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]o
 	return recs, err
 }
 
-func (g *membersGate) Members(ctx context.Context, now time.Time) ([]string, error) {
+func (g *membersGate) Members(ctx context.Context) ([]string, error) {
 	if g.listed.Load() > 0 && g.held.CompareAndSwap(false, true) {
 		close(g.blocked)
 		<-g.open
 	}
-	return g.Store.Members(ctx, now)
+	return g.Store.Members(ctx)
 }
 
 // R3: with StopLaneOnPoison a forwarder learns which lanes hold parked rows from

@@ -38,12 +38,7 @@ func TestReviewLeaseLossReplaysHeadBeforeNext(t *testing.T) {
 
 		// The lease is lost while #0 is in flight: another owner takes it (at an instant
 		// past every expiry the forwarder could have renewed to) and gives it back.
-		later := time.Now().Add(cfg.LeaseTTL + time.Second)
-		thief := outbox.NewToken()
-		ok, err := tb.store.AcquireLease(context.Background(), outbox.LeaseParams{Lane: lane, Owner: "thief", Token: thief, Now: later, Until: later.Add(time.Minute)})
-		if err != nil || !ok {
-			t.Fatalf("takeover: %v %v", ok, err)
-		}
+		thief := takeOver(t, tb, lane)
 		if _, err := tb.store.ReleaseLease(context.Background(), lane, thief); err != nil {
 			t.Fatal(err)
 		}

@@ -248,7 +248,7 @@ func TestClaimDoesNotBlockInserts(t *testing.T) {
 	}
 	insert(t, ctx, db, s, recs)
 	lease := outbox.NewToken()
-	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "t", Token: lease, Now: t0, Until: t0.Add(time.Hour)}); err != nil || !ok {
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "t", Token: lease, TTL: time.Minute}); err != nil || !ok {
 		t.Fatalf("AcquireLease = %v, %v", ok, err)
 	}
 
@@ -510,7 +510,7 @@ func TestLongestPrefix(t *testing.T) {
 	r := record("k", 4, []byte("x"))
 	insert(t, ctx, db, s, []outbox.Record{r})
 	lease := outbox.NewToken()
-	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: r.Lane, Token: lease, Now: t0, Until: t0.Add(time.Minute)}); err != nil || !ok {
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: r.Lane, Token: lease, TTL: time.Minute}); err != nil || !ok {
 		t.Fatalf("AcquireLease = %v, %v", ok, err)
 	}
 	got, err := s.Claim(ctx, outbox.ClaimParams{Lane: r.Lane, Limit: 1, Now: t0, Until: t0.Add(time.Minute), Token: outbox.NewToken(), Lease: lease}, nil)
@@ -541,7 +541,7 @@ func TestHoldParkedKeysPaging(t *testing.T) {
 		t.Fatalf("Park = %v, %v", ok, err)
 	}
 	lease := outbox.NewToken()
-	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Token: lease, Now: t0, Until: t0.Add(time.Hour)}); err != nil || !ok {
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Token: lease, TTL: time.Minute}); err != nil || !ok {
 		t.Fatalf("AcquireLease = %v, %v", ok, err)
 	}
 	claim := func(limit int) []outbox.ID {

@@ -16,6 +16,7 @@ type queries struct {
 	claimLaneLocked  string // locking head of one lane (all pending rows, in id order)
 	claimLaneVisible string // non-locking ids of the same head, to detect skipped rows
 	laneHead         string // non-locking due and claim instants of the head row
+	laneRun          string // non-locking head of one lane (all pending rows, in id order)
 	parkedKeys       string // earliest parked id per ordering key of one lane
 	leaseShare       string // lease check that holds a shared lock until commit
 	setClaim         string // prefix of the claim UPDATE; the id list follows
@@ -27,6 +28,8 @@ type queries struct {
 
 	renewUpdate, renewCount string // prefixes; optional id list and lease fence follow
 	complete, release       string // prefixes; id list and fence follow
+	completeLane            string // prefix of a lane run's DELETE; id list and fence follow
+	failLane                string // a head row's failure; the fence follows
 
 	count, statsLanes, statsParked, maxLane, nextPendingLane string
 
@@ -44,6 +47,13 @@ type queries struct {
 	inboxRecord, inboxPrune, inboxStats                                string
 	inboxLeaseLock, inboxLeaseInsert, inboxLeaseSet, inboxLeaseRelease string
 }
+
+// dbNow is the server's clock, on which lease and heartbeat expiries are set and
+// compared; dbUntil is that clock plus a TTL parameter in microseconds.
+const (
+	dbNow   = `UTC_TIMESTAMP(6)`
+	dbUntil = `(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+)
 
 // eligibleWhere: pending, due, and no live claim. Parameters: now, now.
 const eligibleWhere = `status = 'pending' AND deliver_at <= ? AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`
@@ -67,17 +77,21 @@ func newQueries(n names) *queries {
 		recordColumns, n.outbox)
 	q.claimLaneVisible = fmt.Sprintf(`SELECT id FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, n.outbox)
 	q.laneHead = fmt.Sprintf(`SELECT CAST(deliver_at AS CHAR), CAST(claim_expires_at AS CHAR) FROM %s WHERE status = 'pending' AND lane = ? ORDER BY id LIMIT 1`, n.outbox)
+	q.laneRun = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 	q.parkedKeys = fmt.Sprintf(`SELECT ordering_key, MIN(id) FROM %s WHERE status = 'parked' AND lane = ? AND ordering_key IS NOT NULL GROUP BY ordering_key`, n.outbox)
-	q.leaseShare = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ? LOCK IN SHARE MODE`, n.lanes)
+	// Lease expiries are set and compared on the server's clock (dbNow), never on a
+	// caller's: forwarders whose clocks disagree still agree on who holds a lane.
+	q.leaseShare = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > %s LOCK IN SHARE MODE`, n.lanes, dbNow)
 	q.setClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE id IN (`, n.outbox)
 
-	q.leaseLive = fmt.Sprintf(` AND EXISTS (SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > ?)`, n.lanes)
+	q.leaseLive = fmt.Sprintf(` AND EXISTS (SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > %s)`, n.lanes, dbNow)
 
 	// A live claim of token: claim_expires_at > now. GREATEST never shortens it.
 	q.renewUpdate = fmt.Sprintf(`UPDATE %s SET claim_expires_at = GREATEST(claim_expires_at, CAST(? AS DATETIME(6))) WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
 	q.renewCount = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
 	q.release = fmt.Sprintf(`UPDATE %s SET claim_token = NULL, claim_expires_at = NULL WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
 	q.complete = fmt.Sprintf(`DELETE FROM %s WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.completeLane = fmt.Sprintf(`DELETE FROM %s WHERE lane = ? AND status = 'pending'`, n.outbox)
 
 	q.count = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE %s`, n.outbox, eligibleWhere)
 	q.statsLanes = fmt.Sprintf(`SELECT lane, COUNT(*), CAST(MIN(deliver_at) AS CHAR) FROM %s WHERE %s GROUP BY lane ORDER BY lane`,
@@ -98,6 +112,9 @@ func newQueries(n names) *queries {
 	q.fail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) `+
 		`WHERE id = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.failLane = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
+		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) `+
+		`WHERE id = ? AND lane = ? AND status = 'pending'`, n.outbox)
 	q.lockedDelete = fmt.Sprintf(`DELETE FROM %s WHERE id IN (`, n.outbox)
 	q.lockedFail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, `+
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) WHERE id = ?`, n.outbox)
@@ -108,17 +125,17 @@ func newQueries(n names) *queries {
 	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 
-	q.leaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE lane = ? FOR UPDATE`, n.lanes)
-	q.leaseInsert = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, ?)`, n.lanes)
-	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))), renewals = renewals + 1 WHERE lane = ?`, n.lanes)
-	q.leaseTakeover = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = ?, renewals = 0 WHERE lane = ?`, n.lanes)
-	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))), renewals = renewals + 1 `+
-		`WHERE lane = ? AND token = ? AND expires_at > ?`, n.lanes)
+	q.leaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > %s FROM %s WHERE lane = ? FOR UPDATE`, dbNow, n.lanes)
+	q.leaseInsert = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, %s)`, n.lanes, dbUntil)
+	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, %s), renewals = renewals + 1 WHERE lane = ?`, n.lanes, dbUntil)
+	q.leaseTakeover = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = %s, renewals = 0 WHERE lane = ?`, n.lanes, dbUntil)
+	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, %s), renewals = renewals + 1 `+
+		`WHERE lane = ? AND token = ? AND expires_at > %s`, n.lanes, dbUntil, dbNow)
 	q.leaseRelease = fmt.Sprintf(`DELETE FROM %s WHERE lane = ? AND token = ?`, n.lanes)
-	q.leases = fmt.Sprintf(`SELECT lane, owner, token, CAST(expires_at AS CHAR) FROM %s ORDER BY lane`, n.lanes)
+	q.leases = fmt.Sprintf(`SELECT lane, owner, token, CAST(expires_at AS CHAR), expires_at > %s FROM %s ORDER BY lane`, dbNow, n.lanes)
 
-	q.heartbeat = fmt.Sprintf(`INSERT INTO %s (owner, expires_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE expires_at = ?`, n.nodes)
-	q.members = fmt.Sprintf(`SELECT owner FROM %s WHERE expires_at > ? ORDER BY owner`, n.nodes)
+	q.heartbeat = fmt.Sprintf(`INSERT INTO %s (owner, expires_at) VALUES (?, %s) ON DUPLICATE KEY UPDATE expires_at = %s`, n.nodes, dbUntil, dbUntil)
+	q.members = fmt.Sprintf(`SELECT owner FROM %s WHERE expires_at > %s ORDER BY owner`, n.nodes, dbNow)
 	q.leave = fmt.Sprintf(`DELETE FROM %s WHERE owner = ?`, n.nodes)
 
 	// A plain INSERT: a concurrent uncommitted insert of the same key makes it wait on

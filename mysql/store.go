@@ -14,6 +14,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
+	"github.com/relayer-go/watermill-outbox/internal/lanehead"
 	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
@@ -122,6 +123,48 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 	}
 	out, err = scanRecords(rows, out, limit)
 	return out, wrapErr("read", err)
+}
+
+// Head returns the head run of lane q.Lane without locking or writing (see
+// outbox.Store): pages of the lane's pending rows in id order, cut at the first row
+// that is not due or holds a live claim; rows of parked keys are passed over.
+func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
+	out := dst[:0]
+	if err := q.Validate(s.opts.Lanes); err != nil {
+		return out, invalid(err)
+	}
+	var parked map[string]outbox.ID
+	if q.HoldParkedKeys {
+		var err error
+		if parked, err = s.parkedKeys(ctx, s.db, q.Lane); err != nil {
+			return out, wrapErr("head", err)
+		}
+	}
+	now := q.Now.UTC().Truncate(time.Microsecond)
+	page := q.Limit
+	var after outbox.ID
+	for first := true; ; first = false {
+		if !first {
+			page = min(page*2, max(q.Limit, 1024)) // parked keys held rows of the last page
+		}
+		r, err := queryB(ctx, s.db, s.q.laneRun, int64(q.Lane), after[:], int64(page))
+		if err != nil {
+			return out, wrapErr("head", err)
+		}
+		mark := len(out)
+		if out, err = scanRecords(r, out, mark+page); err != nil {
+			return out[:mark], wrapErr("head", err)
+		}
+		read := len(out) - mark
+		if read > 0 {
+			after = out[len(out)-1].ID
+		}
+		n, stop := lanehead.Keep(out, mark, parked, now, q.Limit)
+		out = out[:n]
+		if stop || read < page {
+			return out, nil
+		}
+	}
 }
 
 // scanRecords appends up to limit rows to dst and closes rows.
@@ -281,7 +324,7 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var one int
-		err := queryRowB(ctx, tx, s.q.leaseShare, int64(c.Lane), c.Lease[:], now).Scan(&one)
+		err := queryRowB(ctx, tx, s.q.leaseShare, int64(c.Lane), c.Lease[:]).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // not our live lease: fencing says nothing to claim
 		}
@@ -396,7 +439,7 @@ func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after out
 }
 
 // parkedKeys returns, per ordering key of lane, its smallest parked id.
-func (s *Store) parkedKeys(ctx context.Context, tx *sql.Tx, lane int) (map[string]outbox.ID, error) {
+func (s *Store) parkedKeys(ctx context.Context, tx execQuerier, lane int) (map[string]outbox.ID, error) {
 	rows, err := queryB(ctx, tx, s.q.parkedKeys, int64(lane))
 	if err != nil {
 		return nil, err
@@ -424,11 +467,11 @@ func copyRecord(dst, src *outbox.Record) {
 }
 
 // fence appends the lease check of ordered mutations and its arguments.
-func (s *Store) fence(b []byte, args []any, lane int, lease outbox.Token, now sqlTime) ([]byte, []any) {
+func (s *Store) fence(b []byte, args []any, lane int, lease outbox.Token) ([]byte, []any) {
 	if lane == outbox.Unordered {
 		return b, args
 	}
-	return append(b, s.q.leaseLive...), append(args, int64(lane), lease[:], now)
+	return append(b, s.q.leaseLive...), append(args, int64(lane), lease[:])
 }
 
 // unfenced reports an ordered operation without a lease: it changes nothing (the zero
@@ -469,7 +512,7 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 		found = 0
 		if r.Lane != outbox.Unordered {
 			var one int
-			err := queryRowB(ctx, tx, s.q.leaseShare, int64(r.Lane), r.Lease[:], now).Scan(&one)
+			err := queryRowB(ctx, tx, s.q.leaseShare, int64(r.Lane), r.Lease[:]).Scan(&one)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil
 			}
@@ -497,16 +540,21 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("mysql: complete: Now: %w", err)
 	}
-	if len(c.IDs) == 0 || c.Token.IsZero() || unfenced(c.Lane, c.Lease) {
+	laneRun := c.Token.IsZero() && c.Lane != outbox.Unordered
+	if len(c.IDs) == 0 || (c.Token.IsZero() && !laneRun) || unfenced(c.Lane, c.Lease) {
 		return 0, ctx.Err()
 	}
 	b := make([]byte, 0, len(s.q.complete)+len(s.q.leaseLive)+len(c.IDs)*36+16)
-	b = append(b, s.q.complete...)
+	args := []any{c.Token[:], now}
+	if laneRun {
+		b, args = append(b, s.q.completeLane...), []any{int64(c.Lane)}
+	} else {
+		b = append(b, s.q.complete...)
+	}
 	b = append(b, " AND id IN ("...)
 	b = appendIDList(b, c.IDs)
 	b = append(b, ')')
-	args := []any{c.Token[:], now}
-	b, args = s.fence(b, args, c.Lane, c.Lease, now)
+	b, args = s.fence(b, args, c.Lane, c.Lease)
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("complete", err)
@@ -536,7 +584,7 @@ func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error
 		b = append(b, ')')
 	}
 	args := []any{r.Token[:], now}
-	b, args = s.fence(b, args, r.Lane, r.Lease, now)
+	b, args = s.fence(b, args, r.Lane, r.Lease)
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("release", err)
@@ -554,7 +602,8 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("mysql: fail: Now: %w", err)
 	}
-	if f.Token.IsZero() || unfenced(f.Lane, f.Lease) {
+	headRow := f.Token.IsZero() && f.Lane != outbox.Unordered
+	if (f.Token.IsZero() && !headRow) || unfenced(f.Lane, f.Lease) {
 		return false, ctx.Err()
 	}
 	var retry []byte // NULL keeps deliver_at
@@ -569,8 +618,11 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	if f.Park {
 		park = 1
 	}
-	args := []any{errorText(f.Error), retry, park, f.ID[:], f.Token[:], now}
-	q, args := s.fence([]byte(s.q.fail), args, f.Lane, f.Lease, now)
+	q, args := []byte(s.q.fail), []any{errorText(f.Error), retry, park, f.ID[:], f.Token[:], now}
+	if headRow {
+		q, args = []byte(s.q.failLane), []any{errorText(f.Error), retry, park, f.ID[:], int64(f.Lane)}
+	}
+	q, args = s.fence(q, args, f.Lane, f.Lease)
 	// attempts always changes, so affected rows is exact whatever clientFoundRows says.
 	res, err := s.exec(ctx, string(q), args...)
 	if err != nil {
@@ -784,29 +836,22 @@ func (s *Store) checkLease(l outbox.LeaseParams) error {
 	return nil
 }
 
-// AcquireLease takes l.Lane for l.Token when it is free or expired, or extends it when
-// l.Token already holds it. The lane row is locked in a short transaction, so the
-// decision does not depend on affected-rows semantics.
+// AcquireLease takes l.Lane for l.Token when it is free or expired on the server's
+// clock, or extends it when l.Token already holds it. The lane row is locked in a short
+// transaction, so the decision does not depend on affected-rows semantics.
 func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
 	if err := s.checkLease(l); err != nil {
 		return false, err
 	}
-	now, err := timeArg(l.Now)
-	if err != nil {
-		return false, fmt.Errorf("mysql: acquire lease: Now: %w", err)
-	}
-	until, err := timeArg(l.Until)
-	if err != nil {
-		return false, fmt.Errorf("mysql: acquire lease: Until: %w", err)
-	}
+	ttl := l.TTL.Microseconds()
 	held := false
-	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
+	err := s.inTxRetry(ctx, func(tx *sql.Tx) error {
 		held = false
 		var same, live bool
-		err := queryRowB(ctx, tx, s.q.leaseLock, l.Token[:], now, int64(l.Lane)).Scan(&same, &live)
+		err := queryRowB(ctx, tx, s.q.leaseLock, l.Token[:], int64(l.Lane)).Scan(&same, &live)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			_, err = execB(ctx, tx, s.q.leaseInsert, int64(l.Lane), l.Owner, l.Token[:], until)
+			_, err = execB(ctx, tx, s.q.leaseInsert, int64(l.Lane), l.Owner, l.Token[:], ttl)
 			if isDupEntry(err) {
 				return nil // another forwarder inserted it first (no gap locks at READ COMMITTED)
 			}
@@ -815,11 +860,11 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 		case err != nil:
 			return err
 		case live && same:
-			_, err = execB(ctx, tx, s.q.leaseExtend, l.Owner, until, int64(l.Lane))
+			_, err = execB(ctx, tx, s.q.leaseExtend, l.Owner, ttl, int64(l.Lane))
 		case live:
 			return nil
 		default:
-			_, err = execB(ctx, tx, s.q.leaseTakeover, l.Owner, l.Token[:], until, int64(l.Lane))
+			_, err = execB(ctx, tx, s.q.leaseTakeover, l.Owner, l.Token[:], ttl, int64(l.Lane))
 		}
 		held = err == nil
 		return err
@@ -835,17 +880,9 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 	if err := s.checkLease(l); err != nil {
 		return false, err
 	}
-	now, err := timeArg(l.Now)
-	if err != nil {
-		return false, fmt.Errorf("mysql: renew lease: Now: %w", err)
-	}
-	until, err := timeArg(l.Until)
-	if err != nil {
-		return false, fmt.Errorf("mysql: renew lease: Until: %w", err)
-	}
 	// renewals changes on every renewal, so affected rows counts the live lease even when
 	// its expiry stays, whatever clientFoundRows says.
-	res, err := s.exec(ctx, s.q.leaseRenew, until, int64(l.Lane), l.Token[:], now)
+	res, err := s.exec(ctx, s.q.leaseRenew, l.TTL.Microseconds(), int64(l.Lane), l.Token[:])
 	if err != nil {
 		return false, wrapErr("renew lease", err)
 	}
@@ -878,7 +915,7 @@ func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
 	for rows.Next() {
 		var l outbox.Lease
 		var lane int64
-		if err := rows.Scan(&lane, &l.Owner, &token, &exp); err != nil {
+		if err := rows.Scan(&lane, &l.Owner, &token, &exp, &l.Live); err != nil {
 			return nil, wrapErr("leases", err)
 		}
 		l.Lane = int(lane)
@@ -894,26 +931,21 @@ func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
 	return out, nil
 }
 
-// Heartbeat records that owner is alive until until.
-func (s *Store) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+// Heartbeat records that owner is alive for ttl on the server's clock.
+func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) error {
 	if err := outbox.ValidateOwner("heartbeat", owner, maxOwner); err != nil {
 		return invalid(err)
 	}
-	u, err := timeArg(until)
-	if err != nil {
-		return fmt.Errorf("mysql: heartbeat: until: %w", err)
+	if err := outbox.CheckTTL("heartbeat", ttl); err != nil {
+		return invalid(err)
 	}
-	_, err = s.exec(ctx, s.q.heartbeat, owner, u, u)
+	_, err := s.exec(ctx, s.q.heartbeat, owner, ttl.Microseconds(), ttl.Microseconds())
 	return wrapErr("heartbeat", err)
 }
 
-// Members lists the owners whose heartbeat is live at now, sorted.
-func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
-	nowArg, err := timeArg(now)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: members: now: %w", err)
-	}
-	rows, err := queryB(ctx, s.db, s.q.members, nowArg)
+// Members lists the owners whose heartbeat is live on the server's clock, sorted.
+func (s *Store) Members(ctx context.Context) ([]string, error) {
+	rows, err := queryB(ctx, s.db, s.q.members)
 	if err != nil {
 		return nil, wrapErr("members", err)
 	}

@@ -60,24 +60,37 @@ func testInvalidArguments(t *testing.T, h Harness) {
 			return err
 		}()},
 		{"AcquireLease Unordered", "lane", func() error {
-			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: outbox.Unordered, Token: tok, Now: now, Until: later})
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: outbox.Unordered, Token: tok, TTL: time.Minute})
 			return err
 		}()},
 		{"AcquireLease zero Token", "Token", func() error {
-			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Now: now, Until: later})
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, TTL: time.Minute})
 			return err
 		}()},
-		{"RenewLease Until not after Now", "Until", func() error {
-			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 0, Token: tok, Now: now, Until: now})
+		{"RenewLease zero TTL", "TTL", func() error {
+			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 0, Token: tok})
+			return err
+		}()},
+		{"AcquireLease TTL above MaxTTL", "TTL", func() error {
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Token: tok, TTL: outbox.MaxTTL + time.Second})
 			return err
 		}()},
 		{"AcquireLease Owner not text", "Owner", func() error {
-			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Owner: "a\x00b", Token: tok, Now: now, Until: later})
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Owner: "a\x00b", Token: tok, TTL: time.Minute})
 			return err
 		}()},
 		{"ReleaseLease lane", "lane", func() error { _, err := s.ReleaseLease(ctx, testLanes, tok); return err }()},
-		{"Heartbeat empty owner", "Owner", s.Heartbeat(ctx, "", later)},
-		{"Heartbeat owner not UTF-8", "Owner", s.Heartbeat(ctx, "\xff", later)},
+		{"Heartbeat empty owner", "Owner", s.Heartbeat(ctx, "", time.Minute)},
+		{"Heartbeat owner not UTF-8", "Owner", s.Heartbeat(ctx, "\xff", time.Minute)},
+		{"Heartbeat negative TTL", "TTL", s.Heartbeat(ctx, "o", -time.Second)},
+		{"Head Unordered", "lane", func() error {
+			_, err := s.Head(ctx, outbox.HeadQuery{Lane: outbox.Unordered, Limit: 1, Now: now}, nil)
+			return err
+		}()},
+		{"Head Limit 0", "Limit", func() error {
+			_, err := s.Head(ctx, outbox.HeadQuery{Lane: 0, Now: now}, nil)
+			return err
+		}()},
 		{"Leave empty owner", "Owner", s.Leave(ctx, "")},
 	}
 	for _, c := range checks {
@@ -92,7 +105,7 @@ func testInvalidArguments(t *testing.T, h Harness) {
 	if l, err := s.Leases(ctx); err != nil || len(l) != 0 {
 		t.Errorf("Leases after the refused calls = %v, %v; want none", l, err)
 	}
-	if m, err := s.Members(ctx, now); err != nil || len(m) != 0 {
+	if m, err := s.Members(ctx); err != nil || len(m) != 0 {
 		t.Errorf("Members after the refused calls = %v, %v; want none", m, err)
 	}
 }

@@ -193,7 +193,7 @@ func testClaimAfterLane(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	r := NewOrderedRecord(at(0), "key", testLanes)
 	e.insert(r)
-	lease := e.acquire(r.Lane, at(0), at(time.Hour))
+	lease := e.acquire(r.Lane)
 	got, err := e.store.Claim(e.ctx, outbox.ClaimParams{Lane: r.Lane, Limit: 1, Now: at(0), Until: at(time.Minute),
 		Token: outbox.NewToken(), Lease: lease, After: outbox.NewID()}, nil)
 	if err == nil || len(got) != 0 {

@@ -126,7 +126,7 @@ func testCorruptLaneHead(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(3, 3)
 	e.corrupt(recs[0].ID, corruptHeaders()[0])
-	lease := e.acquire(3, at(0), far)
+	lease := e.acquire(3)
 	tok, got := e.claimLane(3, 10, lease, at(0), at(time.Minute))
 	checkCorrupt(t, "lane Claim", got, recs, map[outbox.ID]bool{recs[0].ID: true}, tok, at(time.Minute))
 	// Park without a claim works too (the claim has expired here).

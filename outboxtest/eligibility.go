@@ -35,7 +35,7 @@ func testDeliverAtBoundary(t *testing.T, h Harness) {
 	if n := e.count(before); n != 0 {
 		t.Fatalf("Count a microsecond before = %d, want 0", n)
 	}
-	lease := e.acquire(4, at(0), far)
+	lease := e.acquire(4)
 	if _, got := e.claimUnordered(10, before, due.Add(time.Minute)); len(got) != 0 {
 		t.Fatalf("unordered Claim a microsecond before took %s", idList(ids(got)))
 	}
@@ -96,7 +96,7 @@ func testParkedExcluded(t *testing.T, h Harness) {
 	if n := e.count(far); n != 1 {
 		t.Fatalf("Count = %d, want 1", n)
 	}
-	lease := e.acquire(6, far, far.Add(time.Minute))
+	lease := e.acquire(6)
 	if _, got := e.claimLane(6, 10, lease, far, far.Add(time.Minute)); len(got) != 0 {
 		t.Fatalf("lane Claim took parked rows %s", idList(ids(got)))
 	}

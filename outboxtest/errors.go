@@ -95,11 +95,11 @@ func storeOps(id outbox.ID) []storeOp {
 			return err
 		}},
 		{"AcquireLease", func(ctx context.Context, s outbox.Store) error {
-			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 7, Owner: "o", Token: outbox.NewToken(), Now: now, Until: until})
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 7, Owner: "o", Token: outbox.NewToken(), TTL: time.Minute})
 			return err
 		}},
 		{"RenewLease", func(ctx context.Context, s outbox.Store) error {
-			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 1, Owner: "o", Token: tok, Now: now, Until: until})
+			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 1, Owner: "o", Token: tok, TTL: time.Minute})
 			return err
 		}},
 		{"ReleaseLease", func(ctx context.Context, s outbox.Store) error {
@@ -110,9 +110,13 @@ func storeOps(id outbox.ID) []storeOp {
 			_, err := s.Leases(ctx)
 			return err
 		}},
-		{"Heartbeat", func(ctx context.Context, s outbox.Store) error { return s.Heartbeat(ctx, "o", now) }},
+		{"Heartbeat", func(ctx context.Context, s outbox.Store) error { return s.Heartbeat(ctx, "o", time.Minute) }},
+		{"Head", func(ctx context.Context, s outbox.Store) error {
+			_, err := s.Head(ctx, outbox.HeadQuery{Lane: 1, Limit: 10, Now: now}, nil)
+			return err
+		}},
 		{"Members", func(ctx context.Context, s outbox.Store) error {
-			_, err := s.Members(ctx, now)
+			_, err := s.Members(ctx)
 			return err
 		}},
 		{"Leave", func(ctx context.Context, s outbox.Store) error { return s.Leave(ctx, "nobody") }},

@@ -171,10 +171,10 @@ func testRenewOnlyIDs(t *testing.T, h Harness) {
 func testRenewLeaseFenced(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(2, 2)
-	leaseEnd := at(20 * time.Second)
-	lease := e.acquire(2, at(0), leaseEnd)
-	tok, got := e.claimLane(2, 10, lease, at(0), at(time.Minute))
+	expired := e.acquireTTL(2, shortTTL)
+	tok, got := e.claimLane(2, 10, expired, at(0), at(time.Minute))
 	sameIDs(t, "claim", ids(got), ids(recs))
+	e.waitExpired(2, expired)
 	for _, c := range []struct {
 		name  string
 		lease outbox.Token
@@ -182,12 +182,13 @@ func testRenewLeaseFenced(t *testing.T, h Harness) {
 	}{
 		{"no lease", outbox.Token{}, at(time.Second)},
 		{"wrong lease", outbox.NewToken(), at(time.Second)},
-		{"lease expired exactly at now", lease, leaseEnd},
+		{"expired lease", expired, at(time.Second)},
 	} {
 		if n := e.renew(outbox.RenewParams{Token: tok, Now: c.now, Until: at(time.Hour), Lane: 2, Lease: c.lease}); n != 0 {
 			t.Fatalf("Renew with %s = %d, want 0", c.name, n)
 		}
 	}
+	lease := e.acquire(2)
 	if n := e.renew(outbox.RenewParams{Token: tok, Now: at(time.Second), Until: at(2 * time.Minute), Lane: 2, Lease: lease}); n != 2 {
 		t.Fatalf("Renew with the live lease = %d, want 2", n)
 	}
@@ -253,9 +254,9 @@ func testCompleteStale(t *testing.T, h Harness) {
 func testCompleteLeaseFenced(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(6, 2)
-	leaseEnd := at(20 * time.Second)
-	lease := e.acquire(6, at(0), leaseEnd)
-	tok, _ := e.claimLane(6, 10, lease, at(0), at(time.Minute))
+	expired := e.acquireTTL(6, shortTTL)
+	tok, _ := e.claimLane(6, 10, expired, at(0), at(time.Minute))
+	e.waitExpired(6, expired)
 	for _, c := range []struct {
 		name  string
 		lease outbox.Token
@@ -263,12 +264,16 @@ func testCompleteLeaseFenced(t *testing.T, h Harness) {
 	}{
 		{"no lease", outbox.Token{}, at(time.Second)},
 		{"wrong lease", outbox.NewToken(), at(time.Second)},
-		{"lease expired exactly at now", lease, leaseEnd},
+		{"expired lease", expired, at(time.Second)},
 	} {
 		if n := e.complete(outbox.CompleteParams{Token: tok, IDs: ids(recs), Now: c.now, Lane: 6, Lease: c.lease}); n != 0 {
 			t.Fatalf("Complete with %s = %d, want 0", c.name, n)
 		}
+		if n := e.complete(outbox.CompleteParams{IDs: ids(recs), Now: c.now, Lane: 6, Lease: c.lease}); n != 0 {
+			t.Fatalf("Complete of a lane run with %s = %d, want 0", c.name, n)
+		}
 	}
+	lease := e.acquire(6)
 	if n := e.rawCount(e.opts.OutboxTable()); n != 2 {
 		t.Fatalf("row count %d after fenced completes, want 2", n)
 	}
@@ -391,9 +396,9 @@ func testFailStale(t *testing.T, h Harness) {
 func testFailLeaseFenced(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(1, 1)
-	leaseEnd := at(20 * time.Second)
-	lease := e.acquire(1, at(0), leaseEnd)
-	tok, _ := e.claimLane(1, 10, lease, at(0), at(time.Minute))
+	expired := e.acquireTTL(1, shortTTL)
+	tok, _ := e.claimLane(1, 10, expired, at(0), at(time.Minute))
+	e.waitExpired(1, expired)
 	for _, c := range []struct {
 		name  string
 		lease outbox.Token
@@ -401,12 +406,16 @@ func testFailLeaseFenced(t *testing.T, h Harness) {
 	}{
 		{"no lease", outbox.Token{}, at(time.Second)},
 		{"wrong lease", outbox.NewToken(), at(time.Second)},
-		{"lease expired exactly at now", lease, leaseEnd},
+		{"expired lease", expired, at(time.Second)},
 	} {
 		if e.fail(outbox.FailParams{ID: recs[0].ID, Token: tok, Now: c.now, Error: "x", Park: true, Lane: 1, Lease: c.lease}) {
 			t.Fatalf("Fail with %s = true", c.name)
 		}
+		if e.fail(outbox.FailParams{ID: recs[0].ID, Now: c.now, Error: "x", Park: true, Lane: 1, Lease: c.lease}) {
+			t.Fatalf("Fail of a head row with %s = true", c.name)
+		}
 	}
+	lease := e.acquire(1)
 	got := e.readOne(1, at(time.Minute))
 	checkRecord(t, "row after fenced Fails (claim expired)", got, withExpiredClaim(stored(recs[0]), tok, at(time.Minute)))
 	if !e.fail(outbox.FailParams{ID: recs[0].ID, Token: tok, Now: at(time.Second), Error: "x", Lane: 1, Lease: lease}) {
@@ -542,10 +551,10 @@ func testReleaseStale(t *testing.T, h Harness) {
 func testReleaseLeaseFenced(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(5, 3)
-	leaseEnd := at(20 * time.Second)
-	lease := e.acquire(5, at(0), leaseEnd)
-	tok, got := e.claimLane(5, 2, lease, at(0), at(time.Minute))
+	expired := e.acquireTTL(5, shortTTL)
+	tok, got := e.claimLane(5, 2, expired, at(0), at(time.Minute))
 	sameIDs(t, "claim", ids(got), ids(recs[:2]))
+	e.waitExpired(5, expired)
 	for _, c := range []struct {
 		name  string
 		lease outbox.Token
@@ -553,12 +562,13 @@ func testReleaseLeaseFenced(t *testing.T, h Harness) {
 	}{
 		{"no lease", outbox.Token{}, at(time.Second)},
 		{"wrong lease", outbox.NewToken(), at(time.Second)},
-		{"lease expired exactly at now", lease, leaseEnd},
+		{"expired lease", expired, at(time.Second)},
 	} {
 		if n := e.release(outbox.ReleaseParams{Token: tok, Now: c.now, Lane: 5, Lease: c.lease}); n != 0 {
 			t.Fatalf("Release with %s = %d, want 0", c.name, n)
 		}
 	}
+	lease := e.acquire(5)
 	if n := e.release(outbox.ReleaseParams{Token: tok, Now: at(time.Second), Lane: 5, Lease: lease}); n != 2 {
 		t.Fatalf("Release with the live lease = %d, want 2", n)
 	}

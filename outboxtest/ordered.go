@@ -47,7 +47,7 @@ func testHeadRun(t *testing.T, h Harness) {
 	recs[4].DeliverAt = at(time.Minute) // not due: ends the run
 	other := laneRecord(keysInLane(3, testLanes, 1)[0], at(0))
 	e.insert(append(recs, other, NewRecord(at(0)))...)
-	lease := e.acquire(2, at(0), far)
+	lease := e.acquire(2)
 	tok, got := e.claimLane(2, 2, lease, at(0), at(time.Minute))
 	sameIDs(t, "claim limit 2", ids(got), idsOf(recs[:2]...))
 	for _, r := range got {
@@ -69,7 +69,7 @@ func testNotDueHead(t *testing.T, h Harness) {
 	head, next := laneRecord(keys[0], at(0)), laneRecord(keys[1], at(0))
 	head.DeliverAt = at(time.Minute)
 	e.insert(head, next)
-	lease := e.acquire(5, at(0), far)
+	lease := e.acquire(5)
 	if _, got := e.claimLane(5, 10, lease, at(0), at(time.Hour)); len(got) != 0 {
 		t.Fatalf("claim took %s past a head that is not due", idList(ids(got)))
 	}
@@ -81,7 +81,7 @@ func testNotDueHead(t *testing.T, h Harness) {
 func testClaimedHead(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(1, 3)
-	lease := e.acquire(1, at(0), far)
+	lease := e.acquire(1)
 	tok, got := e.claimLane(1, 1, lease, at(0), at(time.Minute))
 	sameIDs(t, "first claim", ids(got), idsOf(recs[0]))
 	if _, got := e.claimLane(1, 10, lease, at(time.Second), at(time.Hour)); len(got) != 0 {
@@ -101,7 +101,7 @@ func testParkedDoesNotHold(t *testing.T, h Harness) {
 	recs := e.laneRows(7, 4)
 	e.park(recs[0].ID, "poison", at(0))
 	e.park(recs[2].ID, "poison", at(0))
-	lease := e.acquire(7, at(0), far)
+	lease := e.acquire(7)
 	_, got := e.claimLane(7, 10, lease, at(0), at(time.Minute))
 	sameIDs(t, "claim around parked rows", ids(got), idsOf(recs[1], recs[3]))
 }
@@ -126,7 +126,7 @@ func testHoldParkedKeys(t *testing.T, h Harness) {
 	e.insert(p0, r1, r2, r3, r4, r5, p6, r7, r8)
 	e.park(p0.ID, "poison", at(0))
 	e.park(p6.ID, "poison", at(0))
-	lease := e.acquire(3, at(0), far)
+	lease := e.acquire(3)
 	claim := func(hold bool) []outbox.ID {
 		t.Helper()
 		got := e.claim(outbox.ClaimParams{Lane: 3, Limit: 10, Now: at(0), Until: at(time.Second), Token: outbox.NewToken(), Lease: lease, HoldParkedKeys: hold})
@@ -145,9 +145,9 @@ func testHoldParkedKeys(t *testing.T, h Harness) {
 func testClaimLeaseRequired(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(4, 2)
-	leaseEnd := at(time.Minute)
-	lease := e.acquire(4, at(0), leaseEnd)
-	otherLane := e.acquire(5, at(0), far)
+	expired := e.acquireTTL(4, shortTTL)
+	e.waitExpired(4, expired)
+	otherLane := e.acquire(5)
 	for _, c := range []struct {
 		name  string
 		lease outbox.Token
@@ -156,15 +156,15 @@ func testClaimLeaseRequired(t *testing.T, h Harness) {
 		{"no lease", outbox.Token{}, at(0)},
 		{"unknown lease", outbox.NewToken(), at(0)},
 		{"another lane's lease", otherLane, at(0)},
-		{"lease expired exactly at now", lease, leaseEnd},
-		{"lease expired", lease, leaseEnd.Add(time.Hour)},
+		{"expired lease", expired, at(0)},
 	} {
 		got, err := e.store.Claim(e.ctx, outbox.ClaimParams{Lane: 4, Limit: 10, Now: c.now, Until: c.now.Add(time.Minute), Token: outbox.NewToken(), Lease: c.lease}, nil)
 		if err != nil || len(got) != 0 {
 			t.Errorf("%s: Claim = %s, %v; want no rows, nil", c.name, idList(ids(got)), err)
 		}
 	}
-	_, got := e.claimLane(4, 10, lease, leaseEnd.Add(-us), leaseEnd)
+	lease := e.acquire(4)
+	_, got := e.claimLane(4, 10, lease, at(0), at(time.Minute))
 	sameIDs(t, "claim under the live lease", ids(got), ids(recs))
 }
 
@@ -173,7 +173,7 @@ func testClaimLeaseRequired(t *testing.T, h Harness) {
 func testLockedHead(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(2, 3)
-	lease := e.acquire(2, at(0), far)
+	lease := e.acquire(2)
 	release := e.lockRow(recs[0].ID)
 	go func() {
 		time.Sleep(2 * time.Second)
@@ -206,7 +206,7 @@ func testLaneClaimRace(t *testing.T, h Harness) {
 		recs[i] = laneRecord(keys[i%3], at(0))
 	}
 	e.insert(recs...)
-	lease := e.acquire(1, at(0), far)
+	lease := e.acquire(1)
 	earlier := "SELECT COUNT(*) FROM " + e.outboxTable() + " WHERE lane = " + h.Placeholder(1) + " AND id < " + h.Placeholder(2)
 	var (
 		mu       sync.Mutex

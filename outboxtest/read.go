@@ -138,7 +138,7 @@ func testLaneSelection(t *testing.T, h Harness) {
 	// Claims select the same way.
 	_, got := e.claimUnordered(10, at(0), at(time.Minute))
 	sameIDs(t, "unordered claim", ids(got), idsOf(u1, u2))
-	lease := e.acquire(1, at(0), far)
+	lease := e.acquire(1)
 	_, got = e.claimLane(1, 1, lease, at(0), at(time.Minute))
 	sameIDs(t, "lane 1 claim", ids(got), idsOf(a1))
 	// Read is not a claim: the rows behind a claimed head are eligible and read.

@@ -116,7 +116,7 @@ func testQuotePrefix(t *testing.T, h Harness) {
 	if n := e.rawCount(e.opts.OutboxTable()); n != 2 {
 		t.Fatalf("table %s holds %d rows, want 2", e.outboxTable(), n)
 	}
-	lease := e.acquire(3, at(0), at(time.Minute))
+	lease := e.acquire(3)
 	tok, claimed := e.claimLane(3, 10, lease, at(0), at(time.Minute))
 	sameIDs(t, "lane claim", ids(claimed), idsOf(l))
 	n, err := e.store.Complete(e.ctx, outbox.CompleteParams{Token: tok, IDs: idsOf(l), Now: at(time.Second), Lane: 3, Lease: lease})
@@ -132,10 +132,10 @@ func testQuotePrefix(t *testing.T, h Harness) {
 	if ls, err := e.store.Leases(e.ctx); err != nil || len(ls) != 1 {
 		t.Fatalf("Leases = %+v, %v; want one", ls, err)
 	}
-	if err := e.store.Heartbeat(e.ctx, "node`\"]'", at(time.Minute)); err != nil {
+	if err := e.store.Heartbeat(e.ctx, "node`\"]'", time.Minute); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
-	if m, err := e.store.Members(e.ctx, at(0)); err != nil || len(m) != 1 || m[0] != "node`\"]'" {
+	if m, err := e.store.Members(e.ctx); err != nil || len(m) != 1 || m[0] != "node`\"]'" {
 		t.Fatalf("Members = %q, %v", m, err)
 	}
 	if max, err := e.store.MaxLane(e.ctx); err != nil || max != outbox.Unordered {

@@ -55,6 +55,7 @@ func groups() []group {
 		{"Eligibility", eligibilityTests()},
 		{"Claim", claimTests()},
 		{"Ordered", orderedTests()},
+		{"Head", headTests()},
 		{"Renew", renewTests()},
 		{"Complete", completeTests()},
 		{"Release", releaseTests()},
@@ -231,15 +232,44 @@ func (e *env) count(now time.Time) int64 {
 	return n
 }
 
-// acquire takes lane's lease from now until until with a fresh token.
-func (e *env) acquire(lane int, now, until time.Time) outbox.Token {
+// acquire takes lane's lease for an hour (on the database's clock) with a fresh token.
+func (e *env) acquire(lane int) outbox.Token { return e.acquireTTL(lane, time.Hour) }
+
+// acquireTTL takes lane's lease for ttl with a fresh token.
+func (e *env) acquireTTL(lane int, ttl time.Duration) outbox.Token {
 	e.t.Helper()
 	tok := outbox.NewToken()
-	ok, err := e.store.AcquireLease(e.ctx, outbox.LeaseParams{Lane: lane, Owner: "outboxtest", Token: tok, Now: now, Until: until})
+	ok, err := e.store.AcquireLease(e.ctx, outbox.LeaseParams{Lane: lane, Owner: "outboxtest", Token: tok, TTL: ttl})
 	if err != nil || !ok {
 		e.t.Fatalf("AcquireLease(lane %d) = %v, %v; want true", lane, ok, err)
 	}
 	return tok
+}
+
+// shortTTL is the lease of rules that let a lease expire: long enough for the
+// statements made under it on a loaded machine, short enough to wait for.
+const shortTTL = time.Second
+
+// waitExpired waits until lane's lease, held with tok, has expired on the database's
+// clock (Lease.Live false), for at most ten seconds.
+func (e *env) waitExpired(lane int, tok outbox.Token) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		live := false
+		for _, l := range e.leases() {
+			if l.Lane == lane && l.Token == tok && l.Live {
+				live = true
+			}
+		}
+		if !live {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("lease of lane %d still live after 10 s", lane)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (e *env) park(id outbox.ID, reason string, now time.Time) {

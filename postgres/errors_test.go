@@ -84,7 +84,7 @@ func TestStoreTranslatesRetryable(t *testing.T) {
 	r := rec(base, "k", 8)
 	insert(t, db, s, r)
 	lease := outbox.NewToken()
-	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: r.Lane, Owner: "x", Token: lease, Now: base, Until: base.Add(time.Hour)}); err != nil || !ok {
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: r.Lane, Owner: "x", Token: lease, TTL: time.Minute}); err != nil || !ok {
 		t.Fatalf("AcquireLease = %v, %v", ok, err)
 	}
 	// Hold the lease row exclusively; the claim's FOR SHARE on it must wait.

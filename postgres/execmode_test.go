@@ -40,7 +40,7 @@ func TestQueryExecModes(t *testing.T) {
 				t.Fatalf("Complete = %d, %v", n, err)
 			}
 			lease := outbox.NewToken()
-			if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: r2.Lane, Owner: "o", Token: lease, Now: base, Until: base.Add(time.Minute)}); err != nil || !ok {
+			if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: r2.Lane, Owner: "o", Token: lease, TTL: time.Minute}); err != nil || !ok {
 				t.Fatalf("AcquireLease = %v, %v", ok, err)
 			}
 			claimed, err = s.Claim(ctx, outbox.ClaimParams{Lane: r2.Lane, Limit: 5, Now: base, Until: base.Add(time.Minute), Token: tok, Lease: lease, HoldParkedKeys: true}, nil)

@@ -127,7 +127,7 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		}
 	}
 	lane, lease, tok := 5, outbox.NewToken(), outbox.NewToken()
-	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "explain", Token: lease, Now: t0, Until: t0.Add(time.Hour)}); err != nil || !ok {
+	if ok, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: "explain", Token: lease, TTL: time.Minute}); err != nil || !ok {
 		t.Fatalf("AcquireLease = %v, %v", ok, err)
 	}
 	now, until, zero := t0.Add(time.Second), t0.Add(time.Minute), outbox.ID{}

@@ -26,9 +26,17 @@ func eligible(alias, now string) string {
 	return fmt.Sprintf("%[1]s.status = 'pending' AND %[1]s.deliver_at <= %[2]s AND (%[1]s.claim_expires_at IS NULL OR %[1]s.claim_expires_at <= %[2]s)", alias, now)
 }
 
-// liveLease is the fencing condition: the lease token of lane is live at now.
-func (q *queries) liveLease(lane, token, now string) string {
-	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS f WHERE f.lane = %s AND f.token = %s AND f.expires_at > %s)", q.n.lanes, lane, token, now)
+// dbNow is the server's clock, on which lease and heartbeat expiries are set and
+// compared (never a caller's: forwarders whose clocks disagree still agree on who holds
+// a lane); dbUntil is that clock plus a TTL parameter in microseconds.
+const dbNow = `statement_timestamp()`
+
+func dbUntil(ttl string) string { return `(statement_timestamp() + ` + ttl + `::bigint * interval '1 microsecond')` }
+
+// liveLease is the fencing condition: the lease token of lane is live on the server's
+// clock.
+func (q *queries) liveLease(lane, token string) string {
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS f WHERE f.lane = %s AND f.token = %s AND f.expires_at > %s)", q.n.lanes, lane, token, dbNow)
 }
 
 // params numbers bind parameters as a statement is assembled from optional parts.
@@ -46,6 +54,9 @@ type queries struct {
 
 	claimUnordered           string
 	claimLane, claimLaneHold string
+	laneRun                  string // the pending rows of one lane in id order (Head)
+	parkedKeys               string // earliest parked id per ordering key of one lane
+	completeLane, failLane   string // a lane run's delete and a head row's failure, fenced
 
 	// A locked batch (BatchLocker): the unordered claim's locking read without the
 	// claim, and its delete and failure of rows whose locks it holds.
@@ -136,6 +147,16 @@ func newQueries(n names) *queries {
 		`deliver_at = COALESCE($3::timestamptz, deliver_at), status = CASE WHEN $4::boolean THEN 'parked' ELSE status END ` +
 		`WHERE id = $1`
 
+	// $1 lane, $2 after, $3 limit.
+	q.laneRun = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.status = 'pending' AND o.id > $2 ORDER BY o.id LIMIT $3`
+	q.parkedKeys = `SELECT ordering_key, (array_agg(id ORDER BY id))[1] FROM ` + t + ` WHERE status = 'parked' AND lane = $1 AND ordering_key IS NOT NULL GROUP BY ordering_key`
+	// $1 ids, $2 lane, $3 lease.
+	q.completeLane = `DELETE FROM ` + t + ` WHERE id = ANY($1::bytea[]) AND lane = $2 AND status = 'pending' AND ` + q.liveLease("$2", "$3")
+	// $1 id, $2 error, $3 retry at (NULL keeps deliver_at), $4 park, $5 lane, $6 lease.
+	q.failLane = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, claim_token = NULL, claim_expires_at = NULL, ` +
+		`deliver_at = COALESCE($3::timestamptz, deliver_at), status = CASE WHEN $4::boolean THEN 'parked' ELSE status END ` +
+		`WHERE id = $1 AND lane = $5 AND status = 'pending' AND ` + q.liveLease("$5", "$6")
+
 	q.claimLane = q.buildClaimLane(false)
 	q.claimLaneHold = q.buildClaimLane(true)
 
@@ -179,22 +200,24 @@ func newQueries(n names) *queries {
 	q.purge[keyNull] = purge + ` AND ordering_key IS NULL`
 	q.purgeA = purge
 
-	// $1 lane, $2 owner, $3 token, $4 now, $5 until. INSERT ... ON CONFLICT is atomic
-	// against a concurrent acquirer; the WHERE lets through only a free (expired) lane or
-	// the holder's own token.
-	q.acquireLease = `INSERT INTO ` + n.lanes + ` AS l (lane, owner, token, expires_at) VALUES ($1, $2, $3, $5) ` +
+	// $1 lane, $2 owner, $3 token, $4 TTL (µs). INSERT ... ON CONFLICT is atomic against
+	// a concurrent acquirer; the WHERE lets through only a free (expired) lane or the
+	// holder's own token.
+	q.acquireLease = `INSERT INTO ` + n.lanes + ` AS l (lane, owner, token, expires_at) VALUES ($1, $2, $3, ` + dbUntil("$4") + `) ` +
 		`ON CONFLICT (lane) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, ` +
-		`expires_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > $4 ` +
+		`expires_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > ` + dbNow + ` ` +
 		`THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END ` +
-		`WHERE l.expires_at <= $4 OR l.token = EXCLUDED.token`
-	q.renewLease = `UPDATE ` + n.lanes + ` SET expires_at = GREATEST(expires_at, $4) WHERE lane = $1 AND token = $2 AND expires_at > $3`
+		`WHERE l.expires_at <= ` + dbNow + ` OR l.token = EXCLUDED.token`
+	// $1 lane, $2 token, $3 TTL (µs).
+	q.renewLease = `UPDATE ` + n.lanes + ` SET expires_at = GREATEST(expires_at, ` + dbUntil("$3") + `) WHERE lane = $1 AND token = $2 AND expires_at > ` + dbNow
 	q.releaseLease = `DELETE FROM ` + n.lanes + ` WHERE lane = $1 AND token = $2`
-	q.leases = `SELECT lane, owner, token, expires_at FROM ` + n.lanes + ` ORDER BY lane`
+	q.leases = `SELECT lane, owner, token, expires_at, expires_at > ` + dbNow + ` FROM ` + n.lanes + ` ORDER BY lane`
 
-	q.heartbeat = `INSERT INTO ` + n.nodes + ` AS m (owner, expires_at) VALUES ($1, $2) ` +
+	// $1 owner, $2 TTL (µs).
+	q.heartbeat = `INSERT INTO ` + n.nodes + ` AS m (owner, expires_at) VALUES ($1, ` + dbUntil("$2") + `) ` +
 		`ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at`
 	// COLLATE "C" sorts by bytes, as Go sorts strings.
-	q.members = `SELECT owner FROM ` + n.nodes + ` WHERE expires_at > $1 ORDER BY owner COLLATE "C"`
+	q.members = `SELECT owner FROM ` + n.nodes + ` WHERE expires_at > ` + dbNow + ` ORDER BY owner COLLATE "C"`
 	q.leave = `DELETE FROM ` + n.nodes + ` WHERE owner = $1`
 
 	// ON CONFLICT DO NOTHING waits for a concurrent inserter of the same key and then
@@ -237,7 +260,7 @@ func (q *queries) buildClaimLane(holdParkedKeys bool) string {
 		hold = ` AND NOT (h.ordering_key IS NOT NULL AND EXISTS (SELECT 1 FROM ` + t + ` AS p ` +
 			`WHERE p.status = 'parked' AND p.ordering_key = h.ordering_key AND p.lane = $5 AND p.id < h.id))`
 	}
-	return `WITH lease AS (SELECT 1 FROM ` + q.n.lanes + ` AS f WHERE f.lane = $5 AND f.token = $6 AND f.expires_at > $3 FOR SHARE), ` +
+	return `WITH lease AS (SELECT 1 FROM ` + q.n.lanes + ` AS f WHERE f.lane = $5 AND f.token = $6 AND f.expires_at > ` + dbNow + ` FOR SHARE), ` +
 		`head AS (SELECT h.id, (h.deliver_at <= $3 AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $3)) AS ok ` +
 		`FROM ` + t + ` AS h WHERE h.lane = $5 AND h.lane IS NOT NULL AND h.status = 'pending' AND EXISTS (SELECT 1 FROM lease)` + hold +
 		` ORDER BY h.id LIMIT $4), ` +
@@ -259,7 +282,7 @@ func (q *queries) buildRenew(withIDs, fenced bool) string {
 	}
 	if fenced {
 		lane, lease := p.next(), p.next()
-		s += ` AND lane = ` + lane + ` AND ` + q.liveLease(lane, lease, "$2")
+		s += ` AND lane = ` + lane + ` AND ` + q.liveLease(lane, lease)
 	}
 	return s
 }
@@ -274,7 +297,7 @@ func (q *queries) buildRelease(withIDs, fenced bool) string {
 	}
 	if fenced {
 		lane, lease := p.next(), p.next()
-		s += ` AND lane = ` + lane + ` AND ` + q.liveLease(lane, lease, "$2")
+		s += ` AND lane = ` + lane + ` AND ` + q.liveLease(lane, lease)
 	}
 	return s
 }
@@ -283,7 +306,7 @@ func (q *queries) buildRelease(withIDs, fenced bool) string {
 func (q *queries) buildComplete(fenced bool) string {
 	s := `DELETE FROM ` + q.n.outbox + ` WHERE id = ANY($3::bytea[]) AND claim_token = $1 AND claim_expires_at > $2`
 	if fenced {
-		s += ` AND lane = $4 AND ` + q.liveLease("$4", "$5", "$2")
+		s += ` AND lane = $4 AND ` + q.liveLease("$4", "$5")
 	}
 	return s
 }
@@ -295,7 +318,7 @@ func (q *queries) buildFail(fenced bool) string {
 		`deliver_at = COALESCE($5::timestamptz, deliver_at), status = CASE WHEN $6::boolean THEN 'parked' ELSE status END ` +
 		`WHERE id = $1 AND claim_token = $2 AND claim_expires_at > $3 AND status = 'pending'`
 	if fenced {
-		s += ` AND lane = $7 AND ` + q.liveLease("$7", "$8", "$3")
+		s += ` AND lane = $7 AND ` + q.liveLease("$7", "$8")
 	}
 	return s
 }

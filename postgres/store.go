@@ -14,6 +14,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
 	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
+	"github.com/relayer-go/watermill-outbox/internal/lanehead"
 	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
@@ -122,6 +123,76 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 		return dst[:0], wrap("read", err)
 	}
 	return dst[:n], nil
+}
+
+// Head returns the head run of lane q.Lane without locking or writing (see
+// outbox.Store): pages of the lane's pending rows in id order, cut at the first row
+// that is not due or holds a live claim; rows of parked keys are passed over.
+func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
+	out := dst[:0]
+	if err := q.Validate(s.opts.Lanes); err != nil {
+		return out, invalid(err)
+	}
+	var parked map[string]outbox.ID
+	if q.HoldParkedKeys {
+		var err error
+		if parked, err = s.parkedKeys(ctx, q.Lane); err != nil {
+			return out, wrap("head", err)
+		}
+	}
+	page := q.Limit
+	var after outbox.ID
+	for first := true; ; first = false {
+		if !first {
+			page = min(page*2, max(q.Limit, 1024)) // parked keys held rows of the last page
+		}
+		mark := len(out)
+		var err error
+		if out, err = s.scanPage(ctx, out, page, s.q.laneRun, q.Lane, after[:], page); err != nil {
+			return out[:mark], wrap("head", err)
+		}
+		read := len(out) - mark
+		if read > 0 {
+			after = out[len(out)-1].ID
+		}
+		n, stop := lanehead.Keep(out, mark, parked, q.Now, q.Limit)
+		out = out[:n]
+		if stop || read < page {
+			return out, nil
+		}
+	}
+}
+
+// scanPage appends up to limit rows of query to dst, reusing dst's storage.
+func (s *Store) scanPage(ctx context.Context, dst []outbox.Record, limit int, query string, args ...any) ([]outbox.Record, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return dst, err
+	}
+	sc := s.scanner()
+	defer s.scanners.Put(sc)
+	return sqlrows.Append(rows, dst, limit, sc.scan)
+}
+
+// parkedKeys returns, per ordering key of lane, its smallest parked id.
+func (s *Store) parkedKeys(ctx context.Context, lane int) (map[string]outbox.ID, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.parkedKeys, lane)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := make(map[string]outbox.ID)
+	var raw sql.RawBytes
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key, &raw); err != nil {
+			return nil, err
+		}
+		var id outbox.ID
+		copy(id[:], raw)
+		m[key] = id
+	}
+	return m, rows.Err()
 }
 
 // Claim takes up to c.Limit eligible rows for c.Token in one statement.
@@ -249,8 +320,11 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 	if err := c.Validate(s.opts.Lanes); err != nil {
 		return 0, invalid(err)
 	}
-	if len(c.IDs) == 0 || c.Token.IsZero() || noLease(c.Lane, c.Lease) {
+	if len(c.IDs) == 0 || noLease(c.Lane, c.Lease) || (c.Token.IsZero() && c.Lane == outbox.Unordered) {
 		return 0, nil
+	}
+	if c.Token.IsZero() { // a lane run read with Head: fenced by the lease alone
+		return s.execCount(ctx, "complete", s.q.completeLane, idArgs(c.IDs), c.Lane, c.Lease[:])
 	}
 	if c.Lane == outbox.Unordered {
 		return s.execCount(ctx, "complete", s.q.complete[0], c.Token[:], c.Now, idArgs(c.IDs))
@@ -263,7 +337,7 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	if err := f.Validate(s.opts.Lanes); err != nil {
 		return false, invalid(err)
 	}
-	if f.Token.IsZero() || noLease(f.Lane, f.Lease) {
+	if noLease(f.Lane, f.Lease) || (f.Token.IsZero() && f.Lane == outbox.Unordered) {
 		return false, nil
 	}
 	var retry any // NULL keeps deliver_at
@@ -272,9 +346,12 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	}
 	var n int
 	var err error
-	if f.Lane == outbox.Unordered {
+	switch {
+	case f.Token.IsZero(): // a head row read with Head: fenced by the lease alone
+		n, err = s.execCount(ctx, "fail", s.q.failLane, f.ID[:], storableText(f.Error), retry, f.Park, f.Lane, f.Lease[:])
+	case f.Lane == outbox.Unordered:
 		n, err = s.execCount(ctx, "fail", s.q.fail[0], f.ID[:], f.Token[:], f.Now, storableText(f.Error), retry, f.Park)
-	} else {
+	default:
 		n, err = s.execCount(ctx, "fail", s.q.fail[1], f.ID[:], f.Token[:], f.Now, storableText(f.Error), retry, f.Park, f.Lane, f.Lease[:])
 	}
 	return n > 0, err
@@ -470,7 +547,7 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 	if err := s.checkLease(l); err != nil {
 		return false, err
 	}
-	n, err := s.execCount(ctx, "acquire lease", s.q.acquireLease, l.Lane, storableText(l.Owner), l.Token[:], l.Now, l.Until)
+	n, err := s.execCount(ctx, "acquire lease", s.q.acquireLease, l.Lane, storableText(l.Owner), l.Token[:], l.TTL.Microseconds())
 	return n > 0, err
 }
 
@@ -479,7 +556,7 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 	if err := s.checkLease(l); err != nil {
 		return false, err
 	}
-	n, err := s.execCount(ctx, "renew lease", s.q.renewLease, l.Lane, l.Token[:], l.Now, l.Until)
+	n, err := s.execCount(ctx, "renew lease", s.q.renewLease, l.Lane, l.Token[:], l.TTL.Microseconds())
 	return n > 0, err
 }
 
@@ -512,18 +589,22 @@ func checkOwner(op, owner string) error {
 	return nil
 }
 
-// Heartbeat records that owner is alive until until.
-func (s *Store) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+// Heartbeat records that owner is alive for ttl on the server's clock.
+func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) error {
 	if err := checkOwner("heartbeat", owner); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, s.q.heartbeat, owner, until)
+	if err := outbox.CheckTTL("heartbeat", ttl); err != nil {
+		return invalid(err)
+	}
+	_, err := s.db.ExecContext(ctx, s.q.heartbeat, owner, ttl.Microseconds())
 	return wrap("heartbeat", err)
 }
 
-// Members lists the owners whose heartbeat is live at now, sorted bytewise.
-func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.members, now)
+// Members lists the owners whose heartbeat is live on the server's clock, sorted
+// bytewise.
+func (s *Store) Members(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.members)
 	if err != nil {
 		return nil, wrap("members", err)
 	}

@@ -73,6 +73,7 @@ type queries struct {
 	requeueAll, requeueKey, requeueNullKey   string
 	purgeAll, purgeKey, purgeNullKey         string
 	acquireLease, renewLease, releaseLease   string
+	laneRun, parkedKeys, failLane           string
 	leases, heartbeat, members, leave        string
 
 	inboxRecord, inboxPrune, inboxStats string
@@ -96,6 +97,13 @@ func newQueries(n names) *queries {
 	// batch's transaction holds instead of writing a claim.
 	q.lockUnordered = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) " +
 		"WHERE o.lane IS NULL AND o.id > " + binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
+	// Head: the pending rows of one lane in id order. READPAST passes over writers'
+	// uncommitted inserts (not visible yet either way) instead of waiting for them.
+	q.laneRun = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + skipLocked +
+		" WHERE o.status = 'pending' AND o.lane = @lane AND o.id > " + binParam("after") + " ORDER BY o.id"
+	// Every parked row of a keyed lane (few by design); Head keeps the smallest id per key
+	// in Go, comparing keys exactly whatever the column's collation.
+	q.parkedKeys = "SELECT ordering_key, id FROM " + t + " WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL"
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 
@@ -109,6 +117,11 @@ func newQueries(n names) *queries {
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = " + binParam("id")
 	q.failFenced = failSQL + " AND lane = @lane AND " + q.liveLease()
+	// A head row's failure (read with Head): fenced by the lease alone.
+	q.failLane = counted("UPDATE ") + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
+		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
+		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
+		"WHERE id = " + binParam("id") + " AND status = 'pending' AND lane = @lane AND " + q.liveLease()
 
 	q.park = counted("UPDATE ") + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)"
@@ -144,19 +157,21 @@ func newQueries(n names) *queries {
 
 	// HOLDLOCK makes the MERGE an atomic upsert: two acquirers of a free lane cannot
 	// both insert (one waits, then sees the other's live lease).
+	// Lease and heartbeat expiries are set and compared on the server's clock (dbNow,
+	// dbUntil: @ttl milliseconds from it), never on a caller's.
 	q.acquireLease = counted("MERGE ") + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
-		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
-		"expires_at = CASE WHEN l.token = " + binParam("tok") + " AND l.expires_at > @until THEN l.expires_at ELSE @until END " +
-		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", @until);"
-	q.renewLease = counted("UPDATE ") + q.lanes + " SET expires_at = CASE WHEN expires_at < @until THEN @until ELSE expires_at END " +
-		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > @now"
+		"WHEN MATCHED AND (l.expires_at <= " + dbNow + " OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
+		"expires_at = CASE WHEN l.token = " + binParam("tok") + " AND l.expires_at > " + dbUntil + " THEN l.expires_at ELSE " + dbUntil + " END " +
+		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", " + dbUntil + ");"
+	q.renewLease = counted("UPDATE ") + q.lanes + " SET expires_at = CASE WHEN expires_at < " + dbUntil + " THEN " + dbUntil + " ELSE expires_at END " +
+		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > " + dbNow
 	q.releaseLease = counted("DELETE FROM ") + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok")
-	q.leases = "SELECT lane, owner, token, expires_at FROM " + q.lanes + " ORDER BY lane"
+	q.leases = "SELECT lane, owner, token, expires_at, CAST(CASE WHEN expires_at > " + dbNow + " THEN 1 ELSE 0 END AS bit) FROM " + q.lanes + " ORDER BY lane"
 
 	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT @owner AS owner) AS s ON n.owner = s.owner " +
-		"WHEN MATCHED THEN UPDATE SET expires_at = @until " +
-		"WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, @until);"
-	q.members = "SELECT owner FROM " + q.nodes + " WHERE expires_at > @now"
+		"WHEN MATCHED THEN UPDATE SET expires_at = " + dbUntil + " " +
+		"WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, " + dbUntil + ");"
+	q.members = "SELECT owner FROM " + q.nodes + " WHERE expires_at > " + dbNow
 	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = @owner"
 
 	inbox := s + quoteIdent(n.inbox)
@@ -180,9 +195,16 @@ func newQueries(n names) *queries {
 	return q
 }
 
-// liveLease is true when @lease is the live lease of @lane at @now.
+// dbNow is the server's clock, on which lease and heartbeat expiries are set and
+// compared; dbUntil is @ttl milliseconds after it.
+const (
+	dbNow   = "SYSUTCDATETIME()"
+	dbUntil = "DATEADD(millisecond, @ttl, SYSUTCDATETIME())"
+)
+
+// liveLease is true when @lease is the live lease of @lane on the server's clock.
 func (q *queries) liveLease() string {
-	return "EXISTS (SELECT 1 FROM " + q.lanes + " AS l WHERE l.lane = @lane AND l.token = " + binParam("lease") + " AND l.expires_at > @now)"
+	return "EXISTS (SELECT 1 FROM " + q.lanes + " AS l WHERE l.lane = @lane AND l.token = " + binParam("lease") + " AND l.expires_at > " + dbNow + ")"
 }
 
 // claim builds an unordered claim batch: one UPDATE through a TOP (@n) ... ORDER BY id
@@ -213,7 +235,7 @@ func (q *queries) claimLaneBatch(hold bool) string {
 		"DECLARE @live bit = 0;\n" +
 		"BEGIN TRANSACTION;\n" +
 		"SELECT @live = 1 FROM " + q.lanes + " AS l WITH (UPDLOCK, HOLDLOCK) WHERE l.lane = @lane AND l.token = " +
-		binParam("lease") + " AND l.expires_at > @now;\n" +
+		binParam("lease") + " AND l.expires_at > " + dbNow + ";\n" +
 		q.claimUpdate("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", "@live = 1 AND "+q.laneHead(hold)) + "\n" +
 		"COMMIT TRANSACTION;\n" +
 		"SELECT " + selectCols + " FROM @claimed ORDER BY id;"
@@ -288,6 +310,12 @@ func (q *queries) release(n int, fenced bool) string {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
 	return s
+}
+
+// completeLane deletes the pending rows of @lane among n ids, fenced by the lease alone
+// (a lane run read with Head).
+func (q *queries) completeLane(n int) string {
+	return counted("DELETE FROM ") + q.outbox + " WHERE id IN (" + idList(n) + ") AND status = 'pending' AND lane = @lane AND " + q.liveLease()
 }
 
 // complete deletes the rows among n ids whose live claim is @tok.

@@ -12,6 +12,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
 	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
+	"github.com/relayer-go/watermill-outbox/internal/lanehead"
 	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
@@ -102,6 +103,9 @@ func (s *Store) CreateSchema(ctx context.Context) (err error) {
 func named(name string, v any) sql.NamedArg { return sql.Named(name, v) }
 
 // fenceArgs appends @lane and @lease for an ordered operation.
+// ttlArg is a lease or heartbeat TTL in whole milliseconds (at least one).
+func ttlArg(ttl time.Duration) any { return named("ttl", int32(max(ttl.Milliseconds(), 1))) }
+
 func fenceArgs(args []any, lane int, lease outbox.Token) []any {
 	if lane == outbox.Unordered {
 		return args
@@ -167,6 +171,80 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 		return dst[:0], wrap("read", err)
 	}
 	return dst[:n], nil
+}
+
+// Head returns the head run of lane q.Lane without claiming (see outbox.Store): pages
+// of the lane's pending rows in id order, cut at the first row that is not due or holds
+// a live claim; rows of parked keys are passed over.
+func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
+	out := dst[:0]
+	if err := q.Validate(s.opts.Lanes); err != nil {
+		return out, invalid(err)
+	}
+	var parked map[string]outbox.ID
+	if q.HoldParkedKeys {
+		var err error
+		if parked, err = s.parkedKeys(ctx, q.Lane); err != nil {
+			return out, wrap("head", err)
+		}
+	}
+	page := q.Limit
+	var after outbox.ID
+	for first := true; ; first = false {
+		if !first {
+			page = min(page*2, max(q.Limit, 1024)) // parked keys held rows of the last page
+		}
+		mark := len(out)
+		var err error
+		out, err = s.scanPage(ctx, out, page, s.q.laneRun,
+			named("n", int64(page)), named("after", after[:]), named("lane", int32(q.Lane)))
+		if err != nil {
+			return out[:mark], wrap("head", err)
+		}
+		read := len(out) - mark
+		if read > 0 {
+			after = out[len(out)-1].ID
+		}
+		n, stop := lanehead.Keep(out, mark, parked, q.Now, q.Limit)
+		out = out[:n]
+		if stop || read < page {
+			return out, nil
+		}
+	}
+}
+
+// scanPage appends up to limit rows of query to dst, reusing dst's storage.
+func (s *Store) scanPage(ctx context.Context, dst []outbox.Record, limit int, query string, args ...any) ([]outbox.Record, error) {
+	rows, err := s.query(ctx, query, args...)
+	if err != nil {
+		return dst, err
+	}
+	sc := s.scanner()
+	defer s.scanners.Put(sc)
+	return sqlrows.Append(rows, dst, limit, sc.scan)
+}
+
+// parkedKeys returns, per ordering key of lane, its smallest parked id.
+func (s *Store) parkedKeys(ctx context.Context, lane int) (map[string]outbox.ID, error) {
+	rows, err := s.query(ctx, s.q.parkedKeys, named("lane", int32(lane)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := make(map[string]outbox.ID)
+	var raw []byte
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key, &raw); err != nil {
+			return nil, err
+		}
+		var id outbox.ID
+		copy(id[:], raw)
+		if held, ok := m[key]; !ok || id.Compare(held) < 0 {
+			m[key] = id
+		}
+	}
+	return m, rows.Err()
 }
 
 // Claim takes up to c.Limit eligible rows for c.Token in one UPDATE.
@@ -285,10 +363,17 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 	if err := c.Validate(s.opts.Lanes); err != nil {
 		return 0, invalid(err)
 	}
-	if len(c.IDs) == 0 || c.Token.IsZero() {
+	fenced := c.Lane != outbox.Unordered
+	if len(c.IDs) == 0 || (c.Token.IsZero() && !fenced) || (fenced && c.Lease.IsZero()) {
 		return 0, nil
 	}
-	fenced := c.Lane != outbox.Unordered
+	if c.Token.IsZero() { // a lane run read with Head: fenced by the lease alone
+		base := fenceArgs(nil, c.Lane, c.Lease)
+		n, err := chunkIDs(c.IDs, func(part []outbox.ID) (int, error) {
+			return s.exec(ctx, s.q.completeLane(len(part)), idArgs(base[:len(base):len(base)], part)...)
+		})
+		return n, wrap("complete", err)
+	}
 	base := fenceArgs([]any{named("tok", c.Token[:]), named("now", c.Now.UTC())}, c.Lane, c.Lease)
 	n, err := chunkIDs(c.IDs, func(part []outbox.ID) (int, error) {
 		return s.exec(ctx, s.q.complete(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
@@ -301,7 +386,8 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	if err := f.Validate(s.opts.Lanes); err != nil {
 		return false, invalid(err)
 	}
-	if f.Token.IsZero() {
+	headRow := f.Token.IsZero() && f.Lane != outbox.Unordered
+	if (f.Token.IsZero() && !headRow) || (f.Lane != outbox.Unordered && f.Lease.IsZero()) {
 		return false, nil
 	}
 	// @retry > @now moves deliver_at; passing now itself keeps it.
@@ -312,7 +398,12 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	args := []any{named("id", f.ID[:]), named("tok", f.Token[:]), named("now", f.Now.UTC()),
 		named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park)}
 	query := s.q.fail
-	if f.Lane != outbox.Unordered {
+	switch {
+	case headRow:
+		query = s.q.failLane
+		args = fenceArgs(args[:1:1], f.Lane, f.Lease)
+		args = append(args, named("now", f.Now.UTC()), named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park))
+	case f.Lane != outbox.Unordered:
 		query = s.q.failFenced
 		args = fenceArgs(args, f.Lane, f.Lease)
 	}
@@ -523,7 +614,7 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 		return false, err
 	}
 	n, err := s.exec(ctx, s.q.acquireLease, named("lane", int32(l.Lane)), named("owner", l.Owner),
-		named("tok", l.Token[:]), named("now", l.Now.UTC()), named("until", l.Until.UTC()))
+		named("tok", l.Token[:]), ttlArg(l.TTL))
 	return n > 0, wrap("acquire lease", err)
 }
 
@@ -532,8 +623,7 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 	if err := s.checkLease("renew lease", l); err != nil {
 		return false, err
 	}
-	n, err := s.exec(ctx, s.q.renewLease, named("lane", int32(l.Lane)), named("tok", l.Token[:]),
-		named("now", l.Now.UTC()), named("until", l.Until.UTC()))
+	n, err := s.exec(ctx, s.q.renewLease, named("lane", int32(l.Lane)), named("tok", l.Token[:]), ttlArg(l.TTL))
 	return n > 0, wrap("renew lease", err)
 }
 
@@ -560,18 +650,21 @@ func (s *Store) Leases(ctx context.Context) ([]outbox.Lease, error) {
 }
 
 // Heartbeat records that owner is alive until until.
-func (s *Store) Heartbeat(ctx context.Context, owner string, until time.Time) error {
+func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) error {
 	if err := checkOwner("heartbeat", owner); err != nil {
 		return err
 	}
-	_, err := s.exec(ctx, s.q.heartbeat, named("owner", owner), named("until", until.UTC()))
+	if err := outbox.CheckTTL("heartbeat", ttl); err != nil {
+		return invalid(err)
+	}
+	_, err := s.exec(ctx, s.q.heartbeat, named("owner", owner), ttlArg(ttl))
 	return wrap("heartbeat", err)
 }
 
 // Members lists the owners whose heartbeat is live at now, sorted bytewise (as Go sorts
 // strings, whatever the server's collation).
-func (s *Store) Members(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := s.query(ctx, s.q.members, named("now", now.UTC()))
+func (s *Store) Members(ctx context.Context) ([]string, error) {
+	rows, err := s.query(ctx, s.q.members)
 	if err != nil {
 		return nil, wrap("members", err)
 	}

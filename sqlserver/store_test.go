@@ -46,22 +46,26 @@ func TestArgumentChecks(t *testing.T) {
 			return err
 		}(), "exactly one"},
 		{"acquire lane", func() error {
-			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: -1, Token: tok, Now: now, Until: now.Add(time.Second)})
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: -1, Token: tok, TTL: time.Minute})
 			return err
 		}(), "lane -1"},
 		{"acquire token", func() error {
-			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Now: now, Until: now.Add(time.Second)})
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, TTL: time.Minute})
 			return err
 		}(), "Token is zero"},
-		{"renew lease until", func() error {
-			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 0, Token: tok, Now: now, Until: now})
+		{"renew lease TTL", func() error {
+			_, err := s.RenewLease(ctx, outbox.LeaseParams{Lane: 0, Token: tok})
 			return err
-		}(), "is not after Now"},
+		}(), "TTL"},
+		{"head lane", func() error {
+			_, err := s.Head(ctx, outbox.HeadQuery{Lane: outbox.Unordered, Limit: 1}, nil)
+			return err
+		}(), "lane -1"},
 		{"owner length", func() error {
-			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Owner: strings.Repeat("o", 401), Token: tok, Now: now, Until: now.Add(time.Second)})
+			_, err := s.AcquireLease(ctx, outbox.LeaseParams{Lane: 0, Owner: strings.Repeat("o", 401), Token: tok, TTL: time.Minute})
 			return err
 		}(), "401 UTF-16 code units"},
-		{"heartbeat owner", s.Heartbeat(ctx, "\xff", now), "UTF-8"},
+		{"heartbeat owner", s.Heartbeat(ctx, "\xff", time.Minute), "UTF-8"},
 		{"release lane", func() error { _, err := s.ReleaseLease(ctx, 4, tok); return err }(), "lane 4"},
 	}
 	for _, c := range checks {

@@ -450,7 +450,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 	if err != nil {
 		return t.explain(ctx, err)
 	}
-	members, err := t.store.Members(ctx, now)
+	members, err := t.store.Members(ctx)
 	if err != nil {
 		return t.explain(ctx, err)
 	}
@@ -459,7 +459,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 		out.Members = []string{}
 	}
 	for _, l := range ls {
-		live := l.ExpiresAt.After(now)
+		live := l.Live // on the database's clock
 		out.Leases = append(out.Leases, leaseJSON{Lane: l.Lane, Owner: l.Owner, Token: l.Token.String(),
 			ExpiresAt: l.ExpiresAt.UTC(), Live: live})
 		if live {

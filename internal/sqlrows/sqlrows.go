@@ -46,11 +46,30 @@ func Strings(rows *sql.Rows) ([]string, error) {
 func Leases(rows *sql.Rows) ([]outbox.Lease, error) {
 	var token sql.RawBytes
 	return Collect(rows, func(rows *sql.Rows, l *outbox.Lease) error {
-		if err := rows.Scan(&l.Lane, &l.Owner, &token, &l.ExpiresAt); err != nil {
+		if err := rows.Scan(&l.Lane, &l.Owner, &token, &l.ExpiresAt, &l.Live); err != nil {
 			return err
 		}
 		copy(l.Token[:], token)
 		l.ExpiresAt = l.ExpiresAt.UTC()
 		return nil
 	})
+}
+
+// Append scans up to limit rows of rows into elements appended to dst with scan,
+// reusing the storage of dst's spare capacity (a record's buffers), then closes rows.
+// On an error it returns dst without the element that failed.
+func Append[T any](rows *sql.Rows, dst []T, limit int, scan func(rows *sql.Rows, dst *T) error) ([]T, error) {
+	for n := 0; n < limit && rows.Next(); n++ {
+		if len(dst) < cap(dst) {
+			dst = dst[:len(dst)+1]
+		} else {
+			var zero T
+			dst = append(dst, zero)
+		}
+		if err := scan(rows, &dst[len(dst)-1]); err != nil {
+			rows.Close()
+			return dst[:len(dst)-1], err
+		}
+	}
+	return dst, Close(rows)
 }
