@@ -21,7 +21,8 @@ const (
 	ClaimBatchDefault      = 250
 	InFlightDefault        = 1000
 	ClaimersDefault        = 2
-	LaneBatchDefault       = 16
+	LaneBatchDefault       = 512
+	LaneStatementsDefault  = 4
 	ClaimTTLDefault        = 30 * time.Second
 	LeaseTTLDefault        = 10 * time.Second
 	PollIntervalDefault    = 100 * time.Millisecond
@@ -63,13 +64,20 @@ type Config struct {
 	// Claimers is the number of unordered claim loops, each with its share of InFlight;
 	// more than one keeps a claim on the wire while another batch is being emitted.
 	Claimers int
-	// LaneBatch bounds the consecutive head rows of one lane taken by one claim; they are
-	// still sent one at a time, in order.
+	// LaneBatch bounds the head run of a lane that a lane worker reads at once (one
+	// statement), sends in order and deletes with one statement. Defaults to
+	// LaneBatchDefault.
 	LaneBatch int
+	// LaneStatements bounds the statements (head reads, run deletes) that the lane
+	// workers of this forwarder run at once: with many lanes, a few statements at a time
+	// keep the database's work and its lock contention low. Defaults to
+	// LaneStatementsDefault.
+	LaneStatements int
 
-	// ClaimTTL is how long a claim of rows lasts; claims of rows still in flight are
-	// renewed before it runs out, so it only matters when a forwarder dies. Claims of
-	// lane rows last at most LeaseTTL: a lane's next owner waits for them.
+	// ClaimTTL is how long a claim of unordered rows lasts; claims of rows still in
+	// flight are renewed before it runs out, so it only matters when a forwarder dies.
+	// Lane rows are never claimed (the lane's lease covers them). Defaults to
+	// ClaimTTLDefault.
 	ClaimTTL time.Duration
 	// LeaseTTL is how long a lane lease and a heartbeat last; both are renewed every
 	// LeaseTTL/3. A dead forwarder's lanes move to the others after at most LeaseTTL.
@@ -97,15 +105,6 @@ type Config struct {
 	// HoldParkedKeys holds the later rows of an ordering key while an earlier row of that
 	// key is parked; the other keys of the lane flow on.
 	HoldParkedKeys bool
-
-	// BatchLaneDeletes deletes a lane's sent rows with one statement per claimed run
-	// (LaneBatch rows) instead of one per row: several times the ordered throughput, but
-	// between two deletes only the local lease check guards the sends. With clocks in
-	// step that is enough; a forwarder whose clock lags a peer's by more than LeaseTTL/10
-	// may then send up to LaneBatch-1 rows of a lane the peer already took over (they are
-	// sent again, in order, by the new owner). Off by default: every row's fenced delete
-	// comes before the next row is sent.
-	BatchLaneDeletes bool
 
 	// UnorderedLocking claims unordered rows by holding their row locks in an open
 	// transaction (outbox.BatchLocker) instead of writing a claim token to every row:
@@ -171,6 +170,7 @@ func (c *Config) setDefaults() {
 	setInt(&c.InFlight, InFlightDefault)
 	setInt(&c.Claimers, ClaimersDefault)
 	setInt(&c.LaneBatch, LaneBatchDefault)
+	setInt(&c.LaneStatements, LaneStatementsDefault)
 	setInt(&c.MaxAttempts, MaxAttemptsDefault)
 	setDur(&c.ClaimTTL, ClaimTTLDefault)
 	setDur(&c.LeaseTTL, LeaseTTLDefault)
@@ -214,8 +214,9 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, outbox.InvalidOption("forwarder.Config."+field, format, args...))
 	}
-	positive := map[string]int{"ClaimBatch": c.ClaimBatch, "InFlight": c.InFlight, "Claimers": c.Claimers, "LaneBatch": c.LaneBatch, "MaxAttempts": c.MaxAttempts}
-	for _, f := range []string{"ClaimBatch", "InFlight", "Claimers", "LaneBatch", "MaxAttempts"} {
+	positive := map[string]int{"ClaimBatch": c.ClaimBatch, "InFlight": c.InFlight, "Claimers": c.Claimers, "LaneBatch": c.LaneBatch,
+		"LaneStatements": c.LaneStatements, "MaxAttempts": c.MaxAttempts}
+	for _, f := range []string{"ClaimBatch", "InFlight", "Claimers", "LaneBatch", "LaneStatements", "MaxAttempts"} {
 		if positive[f] < 1 {
 			bad(f, "must be at least 1, got %d", positive[f])
 		}

@@ -178,8 +178,11 @@ func testPoison(t *testing.T, e chaos.Engine, hold bool) {
 	if rec.Unique() > want {
 		t.Errorf("delivered %d, want %d (the poison message must not be delivered)", rec.Unique(), want)
 	}
-	if n := flaky.AttemptsOf(poison.UUID); n != 3 {
-		t.Errorf("poison message offered %d times, want MaxAttempts = 3", n)
+	// Run publishes a lane run in one call; a failed call is published again one message
+	// at a time, within the same attempt, and a row that failed before goes alone: the
+	// poison message is offered MaxAttempts times, plus once in its first run's call.
+	if n := flaky.AttemptsOf(poison.UUID); n < 3 || n > 4 {
+		t.Errorf("poison message offered %d times, want MaxAttempts = 3 (+1 in a failed batch call)", n)
 	}
 	parked, err := store.ListParked(ctx, outbox.ParkedQuery{Limit: 10})
 	if err != nil {

@@ -68,6 +68,11 @@ type Forwarder struct {
 	logger  watermill.LoggerAdapter
 	metrics Metrics
 
+	epoch   time.Time     // the monotonic origin of mono
+	laneSem chan struct{} // bounds the concurrent statements of lane workers (LaneStatements)
+	// direct: Run publishes lane runs straight to the targets (set before Subscribe).
+	direct bool
+
 	laneWake      []chan struct{} // one per lane, capacity 1
 	unorderedWake []chan struct{} // one per claimer, capacity 1
 
@@ -158,6 +163,8 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 		counters:      make([]laneCounters, opts.Lanes+1),
 		held:          make([]atomic.Bool, opts.Lanes),
 		lanePending:   make([]atomic.Bool, opts.Lanes),
+		epoch:         time.Now(),
+		laneSem:       make(chan struct{}, config.LaneStatements),
 		parkedLanes:   map[int]time.Time{},
 	}
 	// lanePending starts false: workers wait for the scout's first look (which flips
@@ -518,6 +525,9 @@ func (f *Forwarder) AddToRouter(r *message.Router) (*message.Handler, error) {
 // AddToRouter for middleware. Run returns once Close has finished, with its error, or at
 // once with the subscription's error (lanes out of range, closed).
 func (f *Forwarder) Run(ctx context.Context) error {
+	f.mu.Lock()
+	f.direct = !f.subscribed
+	f.mu.Unlock()
 	msgs, err := f.Subscribe(ctx, f.opts.OutboxTable())
 	if err != nil {
 		return err
@@ -578,6 +588,10 @@ func (d *delivery) failure() string {
 }
 
 func (f *Forwarder) now() time.Time { return f.cfg.Now() }
+
+// mono is the forwarder's monotonic clock (time since New), which lease deadlines use:
+// unlike Config.Now it neither jumps nor is skewed.
+func (f *Forwarder) mono() time.Duration { return time.Since(f.epoch) }
 
 // sleep waits d or until one of the channels fires; it reports false when stop fired.
 func sleep(d time.Duration, stop <-chan struct{}, wakeCh <-chan struct{}) bool {

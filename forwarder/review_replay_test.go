@@ -4,24 +4,13 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// What the failure "TestOrderedPerKeyOrder/mariadb key key-2: got #0, want #1"
-// (clean-clone run at f570f8e, strict check i != next) was: a replay, not an order
-// violation. A lane lease lost while #0 of a key is in the handler (at f570f8e LeaseTTL
-// was 600 ms with sequential renewals, so a loaded machine lost leases) leaves #0
-// published but not deleted (its Complete is fenced); the lane's next worker sends #0
-// again once the old claim expires, then #1: the sequence is 0, 0, 1 -- "got #0, want
-// #1" under the old strict check, a tolerated duplicate under the current one. A gap
-// (#1 before #0) never happens.
-//
-// R6: the fencing half -- the forwarder that lost the lease must not send #1 (the
-// lease is taken at an instant past every expiry it could have renewed to, as by a peer
-// whose clock runs ahead, so only the store can tell it that the lease is gone).
-// Deleting a lane's sent rows only at the end of the claimed run lets it send every
-// queued row first: 0, 1, 0, 1.
+// A lane lease lost while #0 of a key is in the handler (the process paused past its
+// lease) leaves #0 published but not deleted (its Complete is fenced); the lane's next
+// holder sends #0 again, then #1: 0, 0, 1. The holder that lost the lease must not send
+// #1 when it resumes (its monotonic deadline has passed): 0, 1, 0, 1 would be the sign
+// of a send after the takeover. A gap (#1 before #0) never happens.
 func TestReviewLeaseLossReplaysHeadBeforeNext(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		const lane = 2
@@ -33,12 +22,13 @@ func TestReviewLeaseLossReplaysHeadBeforeNext(t *testing.T) {
 		cfg := fastConfig()
 		cfg.DisableUnordered = true
 		cfg.LeaseTTL = 2 * time.Second
-		start(t, tb.store, Targets{"": rec}, cfg)
+		ps := &pausedLeases{Store: tb.store}
+		start(t, ps, Targets{"": rec}, cfg)
 		waitFor(t, 20*time.Second, "#0 in the handler", func() bool { return rec.callCount() == 1 })
 
-		// The lease is lost while #0 is in flight: another owner takes it (at an instant
-		// past every expiry the forwarder could have renewed to) and gives it back.
-		thief := takeOver(t, tb, lane)
+		// The lease is lost while #0 is in flight: the holder's renewals stop, another
+		// owner takes the expired lease and gives it back.
+		thief := expireAndTakeOver(t, tb, ps, lane)
 		if _, err := tb.store.ReleaseLease(context.Background(), lane, thief); err != nil {
 			t.Fatal(err)
 		}
@@ -46,6 +36,7 @@ func TestReviewLeaseLossReplaysHeadBeforeNext(t *testing.T) {
 		rec.gate = nil
 		rec.mu.Unlock()
 		close(gate) // #0 published; its delete is refused (fenced)
+		ps.unpause()
 		waitFor(t, 30*time.Second, "both rows deleted", func() bool { return tb.rows(t) == 0 })
 		var seq []int
 		for _, p := range rec.got() {
