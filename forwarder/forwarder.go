@@ -134,6 +134,13 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 			return nil, fmt.Errorf("%w: forwarder: targets: publisher of transport %q is nil", outbox.ErrInvalidOptions, name)
 		}
 	}
+	// The default unordered claims lock rows (outbox.BatchLocker); a store without the
+	// capability claims with tokens, as if TokenClaims were set.
+	_, locker := store.(outbox.BatchLocker)
+	fallback := !config.TokenClaims && !config.DisableUnordered && !locker
+	if fallback {
+		config.TokenClaims = true
+	}
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -172,6 +179,10 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 	}
 	if f.metrics == nil {
 		f.metrics = nopMetrics{}
+	}
+	if fallback {
+		f.logger.Info("Store does not implement outbox.BatchLocker: unordered rows are claimed with tokens (Config.TokenClaims)",
+			watermill.LogFields{"store": fmt.Sprintf("%T", store)})
 	}
 	return f, nil
 }
@@ -270,17 +281,14 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 		// The window is split between the claimers; each claims while the others'
 		// claims are on the wire.
 		per := (f.cfg.InFlight + f.cfg.Claimers - 1) / f.cfg.Claimers
-		bl, locking := f.store.(outbox.BatchLocker)
-		if f.cfg.UnorderedLocking && !locking {
-			f.logger.Error("UnorderedLocking ignored: claiming unordered rows with tokens",
-				fmt.Errorf("store %T does not implement outbox.BatchLocker", f.store), nil)
-		}
+		// New set TokenClaims when the store is no BatchLocker.
+		bl, _ := f.store.(outbox.BatchLocker)
 		for i := range f.cfg.Claimers {
 			f.emitters.Add(1)
-			if f.cfg.UnorderedLocking && locking {
-				go f.runLocked(bl, f.unorderedWake[i], per)
-			} else {
+			if f.cfg.TokenClaims {
 				go f.runUnordered(f.unorderedWake[i], per)
+			} else {
+				go f.runLocked(bl, f.unorderedWake[i], per)
 			}
 		}
 	}

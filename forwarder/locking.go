@@ -28,7 +28,7 @@ type openBatch struct {
 	deadline time.Time
 }
 
-// runLocked is an unordered claim loop of UnorderedLocking. It locks a batch, emits its
+// runLocked is an unordered claim loop of row locks (the default claims). It locks a batch, emits its
 // rows and, while their outcomes are awaited, locks and emits the next one: up to
 // window/ClaimBatch batches (each an open transaction on its own pooled connection) are
 // open at once, so the database works on one batch while the router sends another. Each
