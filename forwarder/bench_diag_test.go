@@ -104,7 +104,7 @@ func (s *timedStore) String() string {
 }
 
 // lockingTimedStore is a timedStore that also times the BatchLocker calls of a store
-// that implements it (only built for UnorderedLocking drains, so that the others see a
+// that implements it (only built for drains with row locks, so that TokenClaims drains see a
 // store without the capability exactly as before).
 type lockingTimedStore struct {
 	*timedStore

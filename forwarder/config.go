@@ -11,15 +11,27 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// Defaults of Config; a zero field takes its default. The unordered batch and window
-// were chosen by draining queued rows into a no-op publisher on the test machines:
-// against 100 rows and 256 in flight, 250 and 1000 doubled the rate on PostgreSQL and
-// MariaDB, where a claim's fixed cost (one statement or one short transaction)
-// dominates small batches; larger values gained little more.
+// Defaults of Config; a zero field takes its default.
 const (
-	HandlerNameDefault     = "outbox_forwarder"
-	ClaimBatchDefault      = 250
-	InFlightDefault        = 1000
+	HandlerNameDefault = "outbox_forwarder"
+
+	// ClaimBatchDefault and InFlightDefault are the unordered batch and window of the
+	// default claims (row locks, outbox.BatchLocker). A locked batch costs no per-row
+	// claim, so its fixed cost (a transaction) weighs more than a token claim's: larger
+	// batches and window drained 10-15 % faster than 250 and 1000 in BenchmarkDrain
+	// (100,000 rows; 1.11 against 1.00 of the hand-written loop on MariaDB, 0.83 against
+	// 0.72 on PostgreSQL).
+	ClaimBatchDefault = 500
+	InFlightDefault   = 2000
+
+	// TokenClaimBatchDefault and TokenInFlightDefault replace them with TokenClaims (set,
+	// or taken for a store without outbox.BatchLocker). They were chosen by draining
+	// queued rows into a no-op publisher on the test machines: against 100 rows and 256
+	// in flight, 250 and 1000 doubled the rate on PostgreSQL and MariaDB, where a claim's
+	// fixed cost (one statement) dominates small batches; larger values gained little more.
+	TokenClaimBatchDefault = 250
+	TokenInFlightDefault   = 1000
+
 	ClaimersDefault        = 2
 	LaneBatchDefault       = 512
 	LaneStatementsDefault  = 4
@@ -34,35 +46,29 @@ const (
 	ShutdownTimeoutDefault = 10 * time.Second
 	StatsIntervalDefault   = 5 * time.Second
 	CompleteDelayDefault   = 2 * time.Millisecond
-
-	// With UnorderedLocking a batch costs no per-row claim, so its fixed cost (a
-	// transaction) weighs more: larger batches and window drained 10-15 % faster in
-	// BenchmarkDrain (100,000 rows; 1.11 against 1.00 of the hand-written loop on
-	// MariaDB, 0.83 against 0.72 on PostgreSQL). They apply to zero ClaimBatch and
-	// InFlight when UnorderedLocking is set.
-	LockedClaimBatchDefault = 500
-	LockedInFlightDefault   = 2000
 )
 
-// Config configures a Forwarder. It is passed by value; zero fields take the XxxDefault
-// constants.
+// Config configures a Forwarder. It is passed by value; zero fields take their
+// defaults (the XxxDefault constants).
 type Config struct {
 	// HandlerName names the router handler that AddToRouter adds; it must be unique in
-	// the router, so give each forwarder (each outbox table) its own.
+	// the router, so give each forwarder (each outbox table) its own. Defaults to
+	// HandlerNameDefault.
 	HandlerName string
 	// Owner names this instance in lane leases and heartbeats. It must be unique among
-	// the forwarders of one table; the default is host-pid-random.
+	// the forwarders of one table. Defaults to host-pid-random.
 	Owner string
 
-	// ClaimBatch bounds the unordered rows taken by one claim (default ClaimBatchDefault,
-	// LockedClaimBatchDefault with UnorderedLocking).
+	// ClaimBatch bounds the unordered rows taken by one claim. Defaults to
+	// ClaimBatchDefault, or TokenClaimBatchDefault with TokenClaims.
 	ClaimBatch int
 	// InFlight is the window of unordered messages handed to the handler and not yet
-	// acked or nacked (default InFlightDefault, LockedInFlightDefault with
-	// UnorderedLocking). Target publishers batch or pipeline within it.
+	// acked or nacked; target publishers batch or pipeline within it. Defaults to
+	// InFlightDefault, or TokenInFlightDefault with TokenClaims.
 	InFlight int
 	// Claimers is the number of unordered claim loops, each with its share of InFlight;
 	// more than one keeps a claim on the wire while another batch is being emitted.
+	// Defaults to ClaimersDefault.
 	Claimers int
 	// LaneBatch bounds the head run of a lane that a lane worker reads at once (one
 	// statement), sends in order and deletes with one statement. Defaults to
@@ -81,68 +87,89 @@ type Config struct {
 	ClaimTTL time.Duration
 	// LeaseTTL is how long a lane lease and a heartbeat last; both are renewed every
 	// LeaseTTL/3. A dead forwarder's lanes move to the others after at most LeaseTTL.
+	// Defaults to LeaseTTLDefault.
 	LeaseTTL time.Duration
 
 	// PollInterval is the delay between polls while rows keep coming; empty polls double
 	// it up to MaxPollInterval. A Notify wakes the forwarder at once. It is also the
 	// longest an unordered claimer walks a backlog with its ID cursor before it claims
 	// from the beginning again, and the lane scout's interval after a lane received rows.
-	PollInterval    time.Duration
+	// Defaults to PollIntervalDefault.
+	PollInterval time.Duration
+	// MaxPollInterval bounds the idle backoff of PollInterval. Defaults to
+	// MaxPollIntervalDefault (raised to PollInterval when below it).
 	MaxPollInterval time.Duration
 
 	// RetryBase and RetryMax bound the exponential backoff of a nacked row:
-	// RetryBase*2^(attempts-1), capped at RetryMax, spread by ±RetryJitter (0..1; zero
-	// takes the default, a negative value disables jitter).
+	// RetryBase*2^(attempts-1), capped at RetryMax, spread by ±RetryJitter (0..1; a
+	// negative value disables jitter). They default to RetryBaseDefault, RetryMaxDefault
+	// and RetryJitterDefault.
 	RetryBase   time.Duration
 	RetryMax    time.Duration
 	RetryJitter float64
-	// MaxAttempts is the number of failed attempts after which a row is parked.
+	// MaxAttempts is the number of failed attempts after which a row is parked. Defaults
+	// to MaxAttemptsDefault.
 	MaxAttempts int
 
 	// StopLaneOnPoison stops a lane while it holds a parked row (until the row is
-	// requeued or purged) instead of continuing with the lane's next rows.
+	// requeued or purged) instead of continuing with the lane's next rows. Defaults to
+	// false.
 	StopLaneOnPoison bool
 	// HoldParkedKeys holds the later rows of an ordering key while an earlier row of that
-	// key is parked; the other keys of the lane flow on.
+	// key is parked; the other keys of the lane flow on. Defaults to false.
 	HoldParkedKeys bool
 
-	// UnorderedLocking claims unordered rows by holding their row locks in an open
-	// transaction (outbox.BatchLocker) instead of writing a claim token to every row:
-	// each claimer locks a batch, sends it, and deletes the sent rows and records the
-	// failures in the same transaction, with up to InFlight/Claimers/ClaimBatch batches
-	// open at once per claimer (one locked while the previous ones are on the wire). It
-	// saves the claim UPDATE of every row (the hand-written SKIP LOCKED loop's cost): the
-	// drain runs about twice as fast (benchmarks/README.md). The prices: every open batch
-	// holds an open transaction and a pooled connection while it is being sent (with the
-	// defaults up to 4: size the pool for them), and a failed commit (a lost connection)
-	// sends the batch's acked rows again (at-least-once). A slow message does not hold
-	// its batch: after at most a second the rest of the batch commits and the rows still
-	// in flight move to an ordinary claim, renewed while they wait. The rows of a process
-	// that dies are eligible again at once, without waiting for ClaimTTL. When the store
-	// does not implement outbox.BatchLocker (a custom outbox.Store) the forwarder logs an error and
-	// uses claim tokens. Off by default: the default claims are tokens, which hold no
-	// connection between statements.
-	UnorderedLocking bool
+	// TokenClaims claims unordered rows by writing a claim token (and its expiry) to each
+	// row, in one UPDATE per batch (SKIP LOCKED / READPAST), instead of locking them.
+	//
+	// By default (on a store implementing outbox.BatchLocker, as all three dialects do)
+	// a claimer locks a batch in an open transaction, sends it, and deletes the sent rows
+	// and records the failures in that same transaction, with up to
+	// InFlight/Claimers/ClaimBatch batches open at once per claimer. That saves the claim
+	// UPDATE of every row: the drain runs about twice as fast (benchmarks/README.md), and
+	// the rows of a process that dies are eligible again at once (its locks go with its
+	// connections) instead of after ClaimTTL. Its prices: each open batch holds an open
+	// transaction and a pooled connection while its messages are on the wire (with the
+	// defaults up to 4 per forwarder: size the pool for them), for as long as emitting
+	// the batch takes plus at most min(1s, ClaimTTL/4) for the slowest acks (rows still
+	// in flight then move to a token claim, renewed while they wait); and a failed commit
+	// (a lost connection) sends the batch's acked rows again (at least once).
+	//
+	// What TokenClaims buys: no open transaction and no pooled connection are held while
+	// a batch is on the wire; between its statements a claim holds nothing but the token
+	// on its rows. Use it when the pool is small or long transactions are unwelcome (they
+	// add to replication lag, hold back vacuum or purge, or trip long-transaction alerts).
+	// It costs the per-row claim UPDATE (about half the drain rate), and a dead
+	// forwarder's rows wait for their claims to expire (ClaimTTL).
+	//
+	// Defaults to false. A store without outbox.BatchLocker (a custom outbox.Store) falls
+	// back to token claims: New logs it at info level and sets TokenClaims in the
+	// configuration (Forwarder.Config reports it). With TokenClaims, zero ClaimBatch and
+	// InFlight default to TokenClaimBatchDefault and TokenInFlightDefault.
+	TokenClaims bool
 
 	// DisableOrdered and DisableUnordered turn off one kind of rows (for example to run
-	// ordered lanes in a dedicated process). Not both.
+	// ordered lanes in a dedicated process); not both. They default to false.
 	DisableOrdered   bool
 	DisableUnordered bool
 
-	// ShutdownTimeout bounds how long Close waits for messages in flight.
+	// ShutdownTimeout bounds how long Close waits for messages in flight. Defaults to
+	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration
 	// StatsInterval is how often the backlog (store.Stats) is sampled for Stats and
-	// Metrics (first one interval after the start); negative disables sampling.
+	// Metrics (first one interval after the start); negative disables sampling. Defaults
+	// to StatsIntervalDefault.
 	StatsInterval time.Duration
 	// CompleteDelay is how long acks of unordered rows are coalesced into one delete.
+	// Defaults to CompleteDelayDefault.
 	CompleteDelay time.Duration
 
-	// Now is the clock (default time.Now); every instant given to the store (claim and
-	// lease expiries, due times) comes from it, while waits and intervals run on real
-	// time. Tests shift it to simulate clock skew or a paused process.
+	// Now is the clock; every instant given to the store (claim and lease expiries, due
+	// times) comes from it, while waits and intervals run on real time. Tests shift it
+	// to simulate clock skew or a paused process. Defaults to time.Now.
 	Now func() time.Time
-	// Metrics receives counters and gauges; nil disables them. See package
-	// forwarder/prometheus for a Prometheus adapter.
+	// Metrics receives counters and gauges; see package forwarder/prometheus for a
+	// Prometheus adapter. Defaults to nil: no metrics.
 	Metrics Metrics
 
 	// Wake, when set, delivers the commits of other processes (the application's
@@ -162,9 +189,9 @@ func (c *Config) setDefaults() {
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
 	}
-	if c.UnorderedLocking {
-		setInt(&c.ClaimBatch, LockedClaimBatchDefault)
-		setInt(&c.InFlight, LockedInFlightDefault)
+	if c.TokenClaims {
+		setInt(&c.ClaimBatch, TokenClaimBatchDefault)
+		setInt(&c.InFlight, TokenInFlightDefault)
 	}
 	setInt(&c.ClaimBatch, ClaimBatchDefault)
 	setInt(&c.InFlight, InFlightDefault)

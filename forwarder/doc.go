@@ -36,11 +36,9 @@
 //
 // # Unordered rows
 //
-// Rows without an ordering key are claimed in batches (ClaimBatch) with a fresh token by
-// the store's SKIP LOCKED / READPAST claim, so any number of forwarders share them.
-// Claimers loops claim concurrently, sharing a window of InFlight messages in flight;
-// acks are coalesced into batched deletes (after CompleteDelay or when a batch fills);
-// claims of rows still in flight are renewed before ClaimTTL runs out. A claimer walks a
+// Rows without an ordering key are claimed in batches (ClaimBatch) by the store's SKIP
+// LOCKED / READPAST read, so any number of forwarders share them. Claimers loops claim
+// concurrently, sharing a window of InFlight messages in flight. A claimer walks a
 // backlog with an ID cursor (after a full batch the next claim starts past it) and starts
 // from the beginning again at least every PollInterval and after a batch that was not
 // full, so rows behind the cursor (retries, late commits, expired claims) are found.
@@ -48,17 +46,23 @@
 // purge has not removed yet: 8.5 ms instead of 2.5 ms per 500-row batch, measured at
 // READ COMMITTED right after a delete.
 //
-// With UnorderedLocking (and a store implementing outbox.BatchLocker) a claimer locks a
-// batch in an open transaction instead of writing a token to every row, and deletes the
-// sent rows and records the failures in that transaction, with a few batches open at
-// once; rows still in flight after a short hold time are handed over to an ordinary
-// claim so that a slow message never holds a batch's locks for long (after at most one
-// second, ClaimTTL/4 when shorter: TestLockingSlowMessageHandedOverToClaim). Its
-// defaults are larger batches (ClaimBatch 500, InFlight 2000: a batch's fixed cost
-// weighs more without per-row claims). All three dialects implement outbox.BatchLocker
-// (on SQL Server written to the suite but not run against a server); with a store that
-// lacks it (a custom outbox.Store) the forwarder logs an error and claims with tokens.
-// Prices and gains are in the UnorderedLocking field's doc.
+// By default (a store implementing outbox.BatchLocker: all three dialects, on SQL Server
+// written to the suite but not run against a server) a claimer locks a batch in an open
+// transaction instead of writing a token to every row, and deletes the sent rows and
+// records the failures in that transaction, with a few batches open at once; rows still
+// in flight after a short hold time are handed over to an ordinary claim so that a slow
+// message never holds a batch's locks for long (after at most one second, ClaimTTL/4
+// when shorter: TestLockingSlowMessageHandedOverToClaim). Its defaults are larger
+// batches (ClaimBatch 500, InFlight 2000: a batch's fixed cost weighs more without
+// per-row claims).
+//
+// With TokenClaims (and with a store that lacks outbox.BatchLocker, a custom
+// outbox.Store, for which the forwarder logs the fallback at info level) each batch is
+// claimed with a fresh token written to its rows, and no transaction stays open while it
+// is sent; acks are coalesced into batched deletes (after CompleteDelay or when a batch
+// fills) and claims of rows still in flight are renewed before ClaimTTL runs out. Its
+// defaults are ClaimBatch 250 and InFlight 1000. What each mode buys and costs is in the
+// TokenClaims field's doc.
 //
 // # Ordered lanes
 //
@@ -152,11 +156,11 @@
 // given up the same way, after its message in flight settles. All of it is bounded by
 // ShutdownTimeout, even with a database that stops answering: at the deadline store
 // calls are cancelled, messages still in the handler keep their claims until they
-// expire (and may be sent again), and leases not released expire. With
-// UnorderedLocking, shortly before the deadline (min(1 s, ShutdownTimeout/4)) a batch
-// still waiting for messages is rolled back and rows handed over to a claim are deleted
-// (acked) or released, each bounded by the deadline, so that Close returns within
-// ShutdownTimeout with those rows eligible again at once
+// expire (and may be sent again), and leases not released expire. With row locks (the
+// default unordered claims), shortly before the deadline (min(1 s, ShutdownTimeout/4))
+// a batch still waiting for messages is rolled back and rows handed over to a claim are
+// deleted (acked) or released, each bounded by the deadline, so that Close returns
+// within ShutdownTimeout with those rows eligible again at once
 // (TestLockingShutdownReleasesOpenBatch, TestLockingHandBackBoundedByShutdownTimeout).
 //
 // # Observability

@@ -139,6 +139,13 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 			return nil, fmt.Errorf("%w: forwarder: targets: publisher of transport %q is nil", outbox.ErrInvalidOptions, name)
 		}
 	}
+	// The default unordered claims lock rows (outbox.BatchLocker); a store without the
+	// capability claims with tokens, as if TokenClaims were set.
+	_, locker := store.(outbox.BatchLocker)
+	fallback := !config.TokenClaims && !config.DisableUnordered && !locker
+	if fallback {
+		config.TokenClaims = true
+	}
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -179,6 +186,10 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 	}
 	if f.metrics == nil {
 		f.metrics = nopMetrics{}
+	}
+	if fallback {
+		f.logger.Info("Store does not implement outbox.BatchLocker: unordered rows are claimed with tokens (Config.TokenClaims)",
+			watermill.LogFields{"store": fmt.Sprintf("%T", store)})
 	}
 	return f, nil
 }
@@ -224,6 +235,12 @@ func (f *Forwarder) runWake(src outbox.WakeSource) {
 		f.logger.Error("Wake-ups from other processes unavailable: their commits are found by polling", err,
 			watermill.LogFields{"poll_interval": f.cfg.PollInterval})
 	}
+}
+
+// runService runs one of the services Close waits for (f.services, added by the caller).
+func (f *Forwarder) runService(run func()) {
+	defer f.services.Done()
+	run()
 }
 
 func wake(ch chan struct{}) {
@@ -272,24 +289,9 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 	f.baseCtx = context.WithoutCancel(ctx)
 
 	f.services.Add(1)
-	go f.runCompleters()
+	go f.runService(newCompleter(f).run)
 	if !f.cfg.DisableUnordered {
-		// The window is split between the claimers; each claims while the others'
-		// claims are on the wire.
-		per := (f.cfg.InFlight + f.cfg.Claimers - 1) / f.cfg.Claimers
-		bl, locking := f.store.(outbox.BatchLocker)
-		if f.cfg.UnorderedLocking && !locking {
-			f.logger.Error("UnorderedLocking ignored: claiming unordered rows with tokens",
-				fmt.Errorf("store %T does not implement outbox.BatchLocker", f.store), nil)
-		}
-		for i := range f.cfg.Claimers {
-			f.emitters.Add(1)
-			if f.cfg.UnorderedLocking && locking {
-				go f.runLocked(bl, f.unorderedWake[i], per)
-			} else {
-				go f.runUnordered(f.unorderedWake[i], per)
-			}
-		}
+		f.startClaimers()
 	}
 	if !f.cfg.DisableOrdered {
 		f.services.Add(2)
@@ -298,7 +300,7 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 	}
 	if f.cfg.StatsInterval > 0 {
 		f.services.Add(1)
-		go f.runSampler()
+		go f.runService(newSampler(f).run)
 	}
 	if f.cfg.Wake != nil {
 		f.services.Add(1)
@@ -313,6 +315,27 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 	}()
 	f.logger.Info("Forwarder started", watermill.LogFields{"topic": topic, "lanes": f.opts.Lanes})
 	return f.out, nil
+}
+
+// startClaimers starts the unordered claim loops: token claimers with TokenClaims (which
+// New set when the store is no BatchLocker), lock claimers otherwise. The window is
+// split between them; each claims while the others' claims are on the wire.
+func (f *Forwarder) startClaimers() {
+	per := (f.cfg.InFlight + f.cfg.Claimers - 1) / f.cfg.Claimers
+	bl, _ := f.store.(outbox.BatchLocker)
+	for i := range f.cfg.Claimers {
+		var run func()
+		if f.cfg.TokenClaims {
+			run = newTokenClaimer(f, f.unorderedWake[i], per).run
+		} else {
+			run = newLockClaimer(f, bl, f.unorderedWake[i], per).run
+		}
+		f.emitters.Add(1)
+		go func() {
+			defer f.emitters.Done()
+			run()
+		}()
+	}
 }
 
 // Close stops claiming, waits up to ShutdownTimeout for the messages in flight, flushes
@@ -565,19 +588,6 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		}
 	}
 	return f.Close()
-}
-
-// watch reports the outcome of an emitted message on results; it gives up when the
-// forwarder abandons the messages in flight.
-func (f *Forwarder) watch(msg *message.Message) (acked, ok bool) {
-	select {
-	case <-msg.Acked():
-		return true, true
-	case <-msg.Nacked():
-		return false, true
-	case <-f.abandon:
-		return false, false
-	}
 }
 
 func (d *delivery) failure() string {

@@ -20,17 +20,18 @@ import (
 	"github.com/relayer-go/watermill-outbox/headercodec"
 )
 
-// Zero ClaimBatch and InFlight take the token defaults, or the larger locked-batch
-// defaults with UnorderedLocking; set values are kept.
-func TestConfigDefaultsFollowUnorderedLocking(t *testing.T) {
+// Zero ClaimBatch and InFlight take the locked-batch defaults, or the smaller token
+// defaults with TokenClaims; set values are kept.
+func TestConfigDefaultsFollowTokenClaims(t *testing.T) {
 	for _, c := range []struct {
 		in          Config
 		batch, wind int
 	}{
 		{Config{}, ClaimBatchDefault, InFlightDefault},
-		{Config{UnorderedLocking: true}, LockedClaimBatchDefault, LockedInFlightDefault},
-		{Config{UnorderedLocking: true, ClaimBatch: 100}, 100, LockedInFlightDefault},
-		{Config{UnorderedLocking: true, InFlight: 300}, LockedClaimBatchDefault, 300},
+		{Config{ClaimBatch: 100}, 100, InFlightDefault},
+		{Config{TokenClaims: true}, TokenClaimBatchDefault, TokenInFlightDefault},
+		{Config{TokenClaims: true, ClaimBatch: 100}, 100, TokenInFlightDefault},
+		{Config{TokenClaims: true, InFlight: 300}, TokenClaimBatchDefault, 300},
 	} {
 		got := c.in
 		got.setDefaults()
@@ -605,8 +606,8 @@ func TestRunStandalone(t *testing.T) {
 // after a batch that was not full starts from the beginning again. PollInterval is an
 // hour, so no periodic sweep can be what finds it. Both unordered claim modes.
 func TestUnorderedCursorFindsLateLowerIDs(t *testing.T) {
-	for _, locking := range []bool{false, true} {
-		t.Run(fmt.Sprintf("UnorderedLocking=%v", locking), func(t *testing.T) {
+	for _, tokens := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TokenClaims=%v", tokens), func(t *testing.T) {
 			forEachDialect(t, func(t *testing.T, tb *table) {
 				late := tb.row("t", "", "late") // its ID is older than every row below
 				const n = 200
@@ -622,7 +623,7 @@ func TestUnorderedCursorFindsLateLowerIDs(t *testing.T) {
 				})
 				cfg := fastConfig()
 				cfg.DisableOrdered = true
-				cfg.UnorderedLocking = locking
+				cfg.TokenClaims = tokens
 				cfg.Claimers, cfg.ClaimBatch, cfg.InFlight = 1, 10, 20
 				cfg.PollInterval, cfg.MaxPollInterval = time.Hour, time.Hour
 				f, _ := start(t, tb.store, Targets{"": rec}, cfg)
@@ -685,6 +686,7 @@ func TestUnorderedFailureCountedOnceRecorded(t *testing.T) {
 		st := &refuseFirstFail{Store: tb.store}
 		cfg := fastConfig()
 		cfg.DisableOrdered = true
+		cfg.TokenClaims = true
 		cfg.ClaimTTL = 500 * time.Millisecond // the refused row comes back after it
 		cfg.MaxAttempts = 2
 		f, _ := start(t, st, Targets{"": rec}, cfg)

@@ -247,13 +247,11 @@ func (w *laneWorker) deliver(msg *message.Message, rt *renewTicker) (acked, sett
 	if !w.f.emit(w.h.ctx, msg, rt, time.Hour, func() {}) {
 		return false, false
 	}
-	select {
-	case <-msg.Acked():
+	switch await(msg, nil, w.h.ctx.Done(), w.f.abandon) {
+	case outcomeAcked:
 		return true, true
-	case <-msg.Nacked():
+	case outcomeNacked:
 		return false, true
-	case <-w.h.ctx.Done():
-	case <-w.f.abandon:
 	}
 	return false, false
 }

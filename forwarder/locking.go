@@ -24,94 +24,136 @@ type openBatch struct {
 	rows     int
 	sent     []emitted           // in emission order; settle awaits them in turn
 	open     int                 // emitted rows whose outcome has not been counted
-	failed   []outbox.FailParams // rows parked before they were emitted
+	done     []outbox.ID         // acked rows, deleted when the batch finishes
+	failed   []outbox.FailParams // rows parked before they were emitted, then nacked ones
 	deadline time.Time
 }
 
-// runLocked is an unordered claim loop of UnorderedLocking. It locks a batch, emits its
-// rows and, while their outcomes are awaited, locks and emits the next one: up to
-// window/ClaimBatch batches (each an open transaction on its own pooled connection) are
-// open at once, so the database works on one batch while the router sends another. Each
-// batch is finished in its own transaction once all its rows are acked or nacked.
-func (f *Forwarder) runLocked(bl outbox.BatchLocker, wakeCh <-chan struct{}, window int) {
+// lockHoldMax bounds how long a locked batch keeps its row locks (and its pooled
+// connection) for its slowest messages: after it the rows still in flight are handed over
+// to an ordinary claim (LockedBatch.Finish with Claim), the rest of the batch commits, and
+// those rows are renewed, completed and failed through the Store like token claims.
+const lockHoldMax = time.Second
+
+// lockClaimer is a claim loop of unordered rows with row locks (the default claims,
+// outbox.BatchLocker). It locks a batch, emits its rows and, while their outcomes are
+// awaited, locks and emits the next one: up to window/ClaimBatch batches (each an open
+// transaction on its own pooled connection) are open at once, so the database works on
+// one batch while the router sends another. Each batch is settled by a goroutine of its
+// own and finished in its own transaction once all its rows are acked or nacked.
+type lockClaimer struct {
+	f        *Forwarder
+	cfg      *Config
+	bl       outbox.BatchLocker
+	wake     <-chan struct{}
+	limit    int           // rows per batch
+	slots    chan struct{} // one per open batch
+	settling sync.WaitGroup
+	idle     time.Duration
+	errDelay time.Duration
+	cur      cursor
+	rt       renewTicker
+}
+
+func newLockClaimer(f *Forwarder, bl outbox.BatchLocker, wake <-chan struct{}, window int) *lockClaimer {
 	cfg := &f.cfg
 	limit := min(cfg.ClaimBatch, window)
-	slots := make(chan struct{}, max(window/limit, 1))
-	var settling sync.WaitGroup
-	defer func() {
-		settling.Wait()
-		f.emitters.Done()
-	}()
-	idle, errDelay := cfg.PollInterval, cfg.PollInterval
-	var (
-		cur cursor
-		rt  renewTicker
-	)
+	return &lockClaimer{
+		f: f, cfg: cfg, bl: bl, wake: wake, limit: limit,
+		slots: make(chan struct{}, max(window/limit, 1)),
+		idle:  cfg.PollInterval, errDelay: cfg.PollInterval,
+	}
+}
+
+// run locks and emits batches until Close starts, then waits for the open batches to
+// settle.
+func (c *lockClaimer) run() {
+	defer c.settling.Wait()
 	for {
-		if f.isStopping() {
+		if c.f.isStopping() {
 			return
 		}
 		select {
-		case slots <- struct{}{}:
-		case <-f.stopping:
+		case c.slots <- struct{}{}:
+		case <-c.f.stopping:
 			return
 		}
-		after := cur.next(cfg.PollInterval)
-		ob, n, last, err := f.lockAndEmit(bl, &rt, limit, after)
+		after := c.cur.next(c.cfg.PollInterval)
+		ob, n, last, err := c.lockAndEmit(after)
 		if ob != nil {
-			settling.Add(1)
-			go func() {
-				defer settling.Done()
-				defer func() { <-slots }()
-				if err := f.settle(ob); err != nil {
-					f.logger.Error("Finishing a locked batch of unordered rows failed (its rows are released by the rollback and sent again)", err,
-						watermill.LogFields{"rows": ob.rows})
-				}
-			}()
+			c.settling.Add(1)
+			go c.settleAndFree(ob)
 		} else {
-			<-slots
+			<-c.slots
 		}
-		cur.advance(n == limit, last)
-		var delay time.Duration
-		switch {
-		case err == nil && n < limit && !after.IsZero():
-			continue // the rest of the backlog may sit behind the cursor: sweep at once
-		case err != nil:
-			f.logger.Error("Locked batch of unordered rows failed; backing off (its rows are released by the rollback)", err,
-				watermill.LogFields{"retry_in": errDelay})
-			delay = errDelay
-			errDelay = min(2*errDelay, cfg.MaxPollInterval)
-		case n == 0:
-			errDelay = cfg.PollInterval
-			delay = idle
-			idle = min(2*idle, cfg.MaxPollInterval)
-		default:
-			errDelay, idle = cfg.PollInterval, cfg.PollInterval
-			if n == limit {
-				continue // more may be waiting
-			}
-			delay = cfg.PollInterval
+		c.cur.advance(n == c.limit, last)
+		delay, again := c.nextDelay(n, after, err)
+		if again {
+			continue
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-wakeCh:
-			idle = cfg.PollInterval
-		case <-f.stopping:
-			t.Stop()
+		if !c.sleep(delay) {
 			return
 		}
-		t.Stop()
+	}
+}
+
+// nextDelay says how long to wait before the next batch after one of n rows locked
+// after the cursor, or again for at once.
+func (c *lockClaimer) nextDelay(n int, after outbox.ID, err error) (delay time.Duration, again bool) {
+	cfg := c.cfg
+	switch {
+	case err == nil && n < c.limit && !after.IsZero():
+		return 0, true // the rest of the backlog may sit behind the cursor: sweep at once
+	case err != nil:
+		c.f.logger.Error("Locked batch of unordered rows failed; backing off (its rows are released by the rollback)", err,
+			watermill.LogFields{"retry_in": c.errDelay})
+		delay = c.errDelay
+		c.errDelay = min(2*c.errDelay, cfg.MaxPollInterval)
+		return delay, false
+	case n == 0:
+		c.errDelay = cfg.PollInterval
+		delay = c.idle
+		c.idle = min(2*c.idle, cfg.MaxPollInterval)
+		return delay, false
+	}
+	c.errDelay, c.idle = cfg.PollInterval, cfg.PollInterval
+	if n == c.limit {
+		return 0, true // more may be waiting
+	}
+	return cfg.PollInterval, false
+}
+
+// sleep waits delay or a wake-up (which resets the idle backoff); false when Close
+// started.
+func (c *lockClaimer) sleep(delay time.Duration) bool {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.wake:
+		c.idle = c.cfg.PollInterval
+	case <-c.f.stopping:
+		return false
+	}
+	return true
+}
+
+// settleAndFree settles a batch and frees its slot.
+func (c *lockClaimer) settleAndFree(ob *openBatch) {
+	defer c.settling.Done()
+	defer func() { <-c.slots }()
+	if err := c.settle(ob); err != nil {
+		c.f.logger.Error("Finishing a locked batch of unordered rows failed (its rows are released by the rollback and sent again)", err,
+			watermill.LogFields{"rows": ob.rows})
 	}
 }
 
 // lockAndEmit locks up to limit rows after the cursor and emits them. It returns the
 // batch to settle (nil when nothing is left to finish), the number of rows it locked and
 // the last one's ID.
-func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, rt *renewTicker, limit int, after outbox.ID) (*openBatch, int, outbox.ID, error) {
-	cfg := &f.cfg
-	ctx := f.hardCtx
-	lb, err := bl.LockBatch(ctx, outbox.LockParams{Limit: limit, Now: f.now(), After: after})
+func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, error) {
+	f, cfg := c.f, c.cfg
+	lb, err := c.bl.LockBatch(f.hardCtx, outbox.LockParams{Limit: c.limit, Now: f.now(), After: after})
 	if err != nil {
 		return nil, 0, outbox.ID{}, err
 	}
@@ -125,7 +167,7 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, rt *renewTicker, limit in
 	last := lastID(recs)
 	// The batch's slowest message holds every lock of the batch: ClaimTTL bounds it.
 	ob := &openBatch{lb: lb, rows: len(recs), deadline: time.Now().Add(cfg.ClaimTTL),
-		sent: make([]emitted, 0, len(recs))}
+		sent: make([]emitted, 0, len(recs)), done: make([]outbox.ID, 0, len(recs))}
 	counters := &f.counters[0]
 	for i := range recs {
 		if f.isStopping() || time.Now().After(ob.deadline) {
@@ -139,10 +181,10 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, rt *renewTicker, limit in
 		}
 		ob.open++
 		counters.inFlight.Add(1)
-		if !f.emit(f.handBack, msg, rt, cfg.ClaimTTL, func() {}) {
+		if !f.emit(f.handBack, msg, &c.rt, cfg.ClaimTTL, func() {}) {
 			ob.open-- // never handed over
 			counters.inFlight.Add(-1)
-			f.rollbackBatch(ob, "Shutting down: locked batch rolled back before the deadline; its rows are eligible again")
+			c.rollback(ob, "Shutting down: locked batch rolled back before the deadline; its rows are eligible again")
 			return nil, len(recs), last, nil
 		}
 		ob.sent = append(ob.sent, emitted{msg: msg, d: d})
@@ -151,8 +193,9 @@ func (f *Forwarder) lockAndEmit(bl outbox.BatchLocker, rt *renewTicker, limit in
 	return ob, len(recs), last, nil
 }
 
-// rollbackBatch gives up a batch: its rows become eligible again unchanged.
-func (f *Forwarder) rollbackBatch(ob *openBatch, why string) {
+// rollback gives up a batch: its rows become eligible again unchanged.
+func (c *lockClaimer) rollback(ob *openBatch, why string) {
+	f := c.f
 	if ob.open > 0 {
 		f.counters[0].inFlight.Add(int64(-ob.open))
 		f.reportInFlight(outbox.Unordered)
@@ -164,46 +207,35 @@ func (f *Forwarder) rollbackBatch(ob *openBatch, why string) {
 	f.logger.Info(why, watermill.LogFields{"rows": ob.rows})
 }
 
-// lockHoldMax bounds how long a locked batch keeps its row locks (and its pooled
-// connection) for its slowest messages: after it the rows still in flight are handed over
-// to an ordinary claim (LockedBatch.Finish with Claim), the rest of the batch commits, and
-// those rows are renewed, completed and failed through the Store like token claims.
-const lockHoldMax = time.Second
-
 // settle waits for the outcomes of a batch's emitted rows (in emission order: all of
 // them are needed before the batch can finish, so one waiter per batch does, not one
 // goroutine per message), then deletes the acked rows and records the failures in the
 // batch's transaction. Rows still in flight after the hold time are handed over to a
 // claim and settled by settleClaimed.
-func (f *Forwarder) settle(ob *openBatch) error {
-	cfg := &f.cfg
-	counters := &f.counters[0]
-	done := make([]outbox.ID, 0, len(ob.sent))
-	failed := ob.failed
-	record := func(e emitted, acked bool) {
-		ob.open--
-		counters.inFlight.Add(-1)
-		if acked {
-			done = append(done, e.d.row.ID)
-			counters.sent.Add(1)
-			f.metrics.MessageSent(outbox.Unordered)
-			return
-		}
-		failed = append(failed, f.failureOf(e.d, outbox.Token{}))
+func (c *lockClaimer) settle(ob *openBatch) error {
+	rest, ok := c.awaitBatch(ob)
+	if !ok {
+		return nil // rolled back at shutdown
 	}
-	timer := time.NewTimer(min(lockHoldMax, cfg.ClaimTTL/4))
+	return c.finish(ob, rest)
+}
+
+// awaitBatch records the outcomes of a batch's emitted rows until all are in or the hold
+// time runs out; then it returns the rows still in flight (to be handed over to a
+// claim). ok is false when the batch was rolled back for the shutdown deadline.
+func (c *lockClaimer) awaitBatch(ob *openBatch) (rest []emitted, ok bool) {
+	f := c.f
+	timer := time.NewTimer(min(lockHoldMax, c.cfg.ClaimTTL/4))
 	defer timer.Stop()
 	hold := timer.C
-	var rest []emitted // in flight when the hold time ran out
-wait:
 	for i := 0; i < len(ob.sent); i++ {
 		e := ob.sent[i]
-		select {
-		case <-e.msg.Acked():
-			record(e, true)
-		case <-e.msg.Nacked():
-			record(e, false)
-		case <-hold:
+		switch await(e.msg, hold, f.handBack.Done()) {
+		case outcomeAcked:
+			c.record(ob, e, true)
+		case outcomeNacked:
+			c.record(ob, e, false)
+		case outcomeTicked: // the hold time ran out
 			if f.isStopping() {
 				// Shutting down: keep the locks; if the messages do not finish until
 				// shortly before the deadline (handBack) the rollback makes the rows
@@ -212,26 +244,53 @@ wait:
 				i--
 				continue
 			}
-			for _, e := range ob.sent[i:] {
-				select {
-				case <-e.msg.Acked():
-					record(e, true)
-				case <-e.msg.Nacked():
-					record(e, false)
-				default:
-					rest = append(rest, e)
-				}
-			}
-			break wait
-		case <-f.handBack.Done():
+			return c.sweep(ob, ob.sent[i:]), true
+		case outcomeStopped:
 			// Rolled back in the batch's own transaction before the deadline cancels its
 			// context (which would roll it back asynchronously, after Close returned).
-			f.rollbackBatch(ob, "Shutting down: locked batch rolled back before the deadline; its acked rows may be sent again")
-			return nil
+			c.rollback(ob, "Shutting down: locked batch rolled back before the deadline; its acked rows may be sent again")
+			return nil, false
 		}
 	}
+	return nil, true
+}
+
+// sweep records the outcomes already in among es and returns the rows still in flight.
+func (c *lockClaimer) sweep(ob *openBatch, es []emitted) (rest []emitted) {
+	for _, e := range es {
+		switch peek(e.msg) {
+		case outcomeAcked:
+			c.record(ob, e, true)
+		case outcomeNacked:
+			c.record(ob, e, false)
+		default:
+			rest = append(rest, e)
+		}
+	}
+	return rest
+}
+
+// record counts the outcome of one of a batch's rows and keeps it for the batch's
+// transaction.
+func (c *lockClaimer) record(ob *openBatch, e emitted, acked bool) {
+	f := c.f
+	ob.open--
+	f.counters[0].inFlight.Add(-1)
+	if acked {
+		ob.done = append(ob.done, e.d.row.ID)
+		f.counters[0].sent.Add(1)
+		f.metrics.MessageSent(outbox.Unordered)
+		return
+	}
+	ob.failed = append(ob.failed, f.failureOf(e.d, outbox.Token{}))
+}
+
+// finish deletes the acked rows, records the failures and hands rest over to a claim,
+// all in the batch's transaction, then settles rest through settleClaimed.
+func (c *lockClaimer) finish(ob *openBatch, rest []emitted) error {
+	f, cfg := c.f, c.cfg
 	f.reportInFlight(outbox.Unordered)
-	p := outbox.FinishParams{Done: done, Failed: failed}
+	p := outbox.FinishParams{Done: ob.done, Failed: ob.failed}
 	if len(rest) > 0 {
 		p.Claim, p.Token, p.Until = rowIDs(rest), outbox.NewToken(), f.now().Add(cfg.ClaimTTL)
 	}
@@ -240,69 +299,74 @@ wait:
 	if err := ob.lb.Finish(fctx, p); err != nil {
 		_ = ob.lb.Rollback()
 		if len(rest) > 0 {
-			counters.inFlight.Add(int64(-len(rest)))
+			f.counters[0].inFlight.Add(int64(-len(rest)))
 			f.reportInFlight(outbox.Unordered)
 		}
 		return err
 	}
 	// Counted only now: a batch that rolls back recorded no failure.
-	for i := range failed {
-		f.countFailed(&failed[i])
+	for i := range p.Failed {
+		f.countFailed(&p.Failed[i])
 	}
 	if len(rest) > 0 {
 		f.logger.Debug("Slow messages of a locked batch handed over to a claim", watermill.LogFields{"rows": len(rest)})
-		f.settleClaimed(rest, p.Token, p.Until)
+		c.settleClaimed(rest, p.Token, p.Until)
 	}
 	return nil
 }
 
 // settleClaimed waits for the outcomes of handed-over rows, renewing their claim while
 // they wait, and completes or fails each through the completers.
-func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time.Time) {
-	cfg := &f.cfg
-	counters := &f.counters[0]
-	renew := time.NewTicker(cfg.ClaimTTL / 4)
+func (c *lockClaimer) settleClaimed(rest []emitted, token outbox.Token, until time.Time) {
+	f := c.f
+	renew := time.NewTicker(c.cfg.ClaimTTL / 4)
 	defer renew.Stop()
-	settled := func() {
-		counters.inFlight.Add(-1)
-		f.reportInFlight(outbox.Unordered)
-	}
-	for i, e := range rest {
-		for {
-			select {
-			case <-e.msg.Acked():
-				settled()
-				counters.sent.Add(1)
-				f.metrics.MessageSent(outbox.Unordered)
-				f.submit(storeJob{complete: &outbox.CompleteParams{Token: token, IDs: []outbox.ID{e.d.row.ID}, Lane: outbox.Unordered}, until: until})
-			case <-e.msg.Nacked():
-				settled()
-				fp := f.failureOf(e.d, token)
-				f.submit(storeJob{fail: &fp, until: until})
-			case <-renew.C:
-				ids := rowIDs(rest[i:])
-				now := f.now()
-				next := now.Add(cfg.ClaimTTL)
-				ctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL/4)
-				n, err := f.store.Renew(ctx, outbox.RenewParams{Token: token, IDs: ids, Now: now, Until: next, Lane: outbox.Unordered})
-				cancel()
-				switch {
-				case err != nil:
-					f.logger.Error("Cannot renew the claims of slow unordered rows", err, nil)
-				case n < len(ids):
-					f.logger.Info("Claims of slow unordered rows expired; they may be sent twice", watermill.LogFields{"rows": len(ids) - n})
-					until = next
-				default:
-					until = next
-				}
-				continue
-			case <-f.handBack.Done():
-				f.abandonClaimed(rest[i:], token)
-				return
-			}
-			break
+	for i := 0; i < len(rest); i++ {
+		e := rest[i]
+		switch await(e.msg, renew.C, f.handBack.Done()) {
+		case outcomeAcked:
+			c.settledClaimed()
+			f.counters[0].sent.Add(1)
+			f.metrics.MessageSent(outbox.Unordered)
+			f.submit(storeJob{complete: &outbox.CompleteParams{Token: token, IDs: []outbox.ID{e.d.row.ID}, Lane: outbox.Unordered}, until: until})
+		case outcomeNacked:
+			c.settledClaimed()
+			fp := f.failureOf(e.d, token)
+			f.submit(storeJob{fail: &fp, until: until})
+		case outcomeTicked:
+			until = c.renewClaimed(rest[i:], token, until)
+			i-- // await the same row again
+		case outcomeStopped:
+			c.abandonClaimed(rest[i:], token)
+			return
 		}
 	}
+}
+
+// settledClaimed takes a handed-over row out of the in-flight gauge.
+func (c *lockClaimer) settledClaimed() {
+	c.f.counters[0].inFlight.Add(-1)
+	c.f.reportInFlight(outbox.Unordered)
+}
+
+// renewClaimed extends the claim of the handed-over rows still in flight and returns
+// the claim's expiry.
+func (c *lockClaimer) renewClaimed(rest []emitted, token outbox.Token, until time.Time) time.Time {
+	f, cfg := c.f, c.cfg
+	ids := rowIDs(rest)
+	now := f.now()
+	next := now.Add(cfg.ClaimTTL)
+	ctx, cancel := context.WithTimeout(f.hardCtx, cfg.ClaimTTL/4)
+	defer cancel()
+	n, err := f.store.Renew(ctx, outbox.RenewParams{Token: token, IDs: ids, Now: now, Until: next, Lane: outbox.Unordered})
+	switch {
+	case err != nil:
+		f.logger.Error("Cannot renew the claims of slow unordered rows", err, nil)
+		return until
+	case n < len(ids):
+		f.logger.Info("Claims of slow unordered rows expired; they may be sent twice", watermill.LogFields{"rows": len(ids) - n})
+	}
+	return next
 }
 
 // abandonClaimed settles handed-over rows still open shortly before the shutdown
@@ -310,7 +374,8 @@ func (f *Forwarder) settleClaimed(rest []emitted, token outbox.Token, until time
 // stays within ShutdownTimeout: rows whose messages were acked meanwhile are deleted,
 // the others' claims are given back so that another forwarder takes them at once. What
 // the try does not finish, the claims' expiry does (the rows are sent again).
-func (f *Forwarder) abandonClaimed(rest []emitted, token outbox.Token) {
+func (c *lockClaimer) abandonClaimed(rest []emitted, token outbox.Token) {
+	f := c.f
 	counters := &f.counters[0]
 	counters.inFlight.Add(int64(-len(rest)))
 	f.reportInFlight(outbox.Unordered)

@@ -14,10 +14,10 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// lockingConfig is fastConfig with UnorderedLocking and unordered rows only.
+// lockingConfig is fastConfig (whose unordered claims lock rows by default) with
+// unordered rows only.
 func lockingConfig() Config {
 	cfg := fastConfig()
-	cfg.UnorderedLocking = true
 	cfg.DisableOrdered = true
 	return cfg
 }
@@ -31,7 +31,7 @@ func requireLocker(t *testing.T, tb *table) outbox.BatchLocker {
 	return bl
 }
 
-// With UnorderedLocking every unordered row arrives once, intact, with its row in the
+// With row locks (the default) every unordered row arrives once, intact, with its row in the
 // context, and is deleted.
 func TestLockingForwardsUnorderedIntact(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
@@ -280,8 +280,8 @@ func TestLockingConcurrentClaimers(t *testing.T) {
 // hiddenLocker hides the BatchLocker capability of the store it wraps.
 type hiddenLocker struct{ outbox.Store }
 
-// A store without outbox.BatchLocker: UnorderedLocking falls back to claim tokens and
-// the rows still flow.
+// A store without outbox.BatchLocker falls back to claim tokens (Config reports
+// TokenClaims and the token defaults) and the rows still flow.
 func TestLockingFallsBackWithoutBatchLocker(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		st := hiddenLocker{tb.store}
@@ -292,6 +292,9 @@ func TestLockingFallsBackWithoutBatchLocker(t *testing.T) {
 		tb.insert(t, recs...)
 		rec := newRecorder()
 		f, _ := start(t, st, Targets{"": rec}, lockingConfig())
+		if c := f.Config(); !c.TokenClaims || c.ClaimBatch != TokenClaimBatchDefault || c.InFlight != TokenInFlightDefault {
+			t.Errorf("fallback config: TokenClaims %v, ClaimBatch %d, InFlight %d", c.TokenClaims, c.ClaimBatch, c.InFlight)
+		}
 		waitFor(t, 20*time.Second, "rows sent and deleted", func() bool { return len(rec.got()) == 2 && tb.rows(t) == 0 })
 		if s := f.Stats().Unordered; s.Sent != 2 {
 			t.Errorf("unordered stats %+v", s)

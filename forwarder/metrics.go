@@ -179,28 +179,3 @@ func (f *Forwarder) setStats(st outbox.Stats, now time.Time) {
 	f.statsMu.Unlock()
 	f.metrics.Backlog(st, now)
 }
-
-// runSampler samples store.Stats every StatsInterval for Stats and Metrics. The first
-// sample is taken one interval after the start: counting a large backlog is a scan, and
-// at startup the database has better things to do (draining that backlog); Health reads
-// the backlog itself.
-func (f *Forwarder) runSampler() {
-	defer f.services.Done()
-	for {
-		if !sleep(f.cfg.StatsInterval, f.stopping, nil) {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(f.cfg.StatsInterval, time.Second))
-		now := f.now()
-		st, err := f.store.Stats(ctx, now)
-		cancel()
-		if err != nil {
-			f.logger.Error("Cannot sample the outbox backlog", err, nil)
-		} else {
-			f.setStats(st, now)
-			if err := f.lanesOutOfRange(st); err != nil {
-				f.logger.Error("Rows in lanes this forwarder cannot own are not sent", err, nil)
-			}
-		}
-	}
-}

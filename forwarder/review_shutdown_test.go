@@ -47,7 +47,7 @@ func (h *hungStore) Complete(ctx context.Context, c outbox.CompleteParams) (int,
 
 // R4: Close waits for the completers without any deadline. Each queued store job
 // (delete of acked rows, failure of a nacked row) gets a first attempt whose context
-// lasts ClaimTTL, and runJob keeps retrying until the row's claim expires; the shutdown
+// lasts ClaimTTL, and completer.runJob keeps retrying until the row's claim expires; the shutdown
 // deadline (abandon, hardCtx) is only armed while Close waits for the emitters. With a
 // database that stops answering, Close takes about ClaimTTL per two queued jobs instead
 // of about ShutdownTimeout.
@@ -71,6 +71,7 @@ func TestReviewCloseBoundedWhenDatabaseHangs(t *testing.T) {
 		rec.fail = func(string, *message.Message) error { return errors.New("review: broker down") }
 		cfg := fastConfig()
 		cfg.DisableOrdered = true
+		cfg.TokenClaims = true          // the completers' store jobs are what hangs
 		cfg.ClaimTTL = 30 * time.Second // the default
 		cfg.MaxAttempts = 100
 		cfg.ShutdownTimeout = time.Second

@@ -33,6 +33,7 @@ func TestReviewUnorderedClaimsOfUnemittedRowsExpire(t *testing.T) {
 		tb.insert(t, recs...)
 		cfg := fastConfig()
 		cfg.DisableOrdered = true
+		cfg.TokenClaims = true
 		cfg.Claimers = 1
 		cfg.ClaimBatch = n
 		cfg.InFlight = n

@@ -2,8 +2,6 @@ package forwarder
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -11,10 +9,6 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 )
-
-// completerCount is the number of goroutines that run the deletes and failures of
-// unordered rows, so that the claimer never waits for them.
-const completerCount = 2
 
 // uBatch is one unordered claim: its token, expiry and the rows still in flight.
 type uBatch struct {
@@ -33,291 +27,306 @@ type uResult struct {
 	acked bool
 }
 
-// storeJob is a delete (complete) or a failure of unordered rows, run by a completer.
-type storeJob struct {
-	complete *outbox.CompleteParams
-	fail     *outbox.FailParams
-	until    time.Time  // claim expiry: retrying after it is pointless
-	window   *jobWindow // the claimer's window the job's rows still occupy; nil for none
+// tokenClaimer is a claim loop of unordered rows with token claims (Config.TokenClaims):
+// it keeps up to its window of messages in flight, coalesces acks into batched deletes
+// and fails nacked rows (both through the completer), and renews the claims of rows in
+// flight. One goroutine runs it (run); the watchers of its messages report on results.
+type tokenClaimer struct {
+	f        *Forwarder
+	cfg      *Config
+	ctx      context.Context
+	wake     <-chan struct{}
+	window   int
+	minClaim int // the smallest claim worth its round trip while messages are in flight
+	counters *laneCounters
+	results  chan uResult // never blocks: at most window watchers
+	batches  map[outbox.Token]*uBatch
+	jw       *jobWindow // acked or nacked rows whose store update has not landed yet
+
+	dst        []outbox.Record
+	inFlight   int
+	pending    int       // acks waiting for a delete
+	flushAt    time.Time // wall time
+	nextClaim  time.Time // wall time
+	idle       time.Duration
+	errDelay   time.Duration
+	stopping   <-chan struct{} // nil once seen
+	isStopping bool
+	cur        cursor
+	rt         renewTicker // renews the claims while the router is busy
 }
 
-// jobWindow counts the rows of one claimer that were acked or nacked but whose delete
-// or failure has not landed yet. They stay in the claimer's window until then: a
-// store that is slow or down must stop the claimer from sending more, or the rows
-// whose deletes queue up (their claims expiring meanwhile) could all be sent again.
-type jobWindow struct {
-	rows atomic.Int64
-	done chan struct{} // signalled (never blocking) when rows drop
-}
-
-func newJobWindow() *jobWindow { return &jobWindow{done: make(chan struct{}, 1)} }
-
-func (w *jobWindow) add(n int) {
-	if w != nil {
-		w.rows.Add(int64(n))
-	}
-}
-
-func (w *jobWindow) release(n int) {
-	if w == nil {
-		return
-	}
-	w.rows.Add(-int64(n))
-	select {
-	case w.done <- struct{}{}:
-	default:
-	}
-}
-
-// rows returns how many rows the job is about.
-func (j storeJob) rows() int {
-	if j.complete != nil {
-		return len(j.complete.IDs)
-	}
-	return 1
-}
-
-// runUnordered is the claimer of unordered rows: it keeps up to InFlight messages in
-// flight, coalesces acks into batched deletes, fails nacked rows with backoff and renews
-// the claims of rows in flight.
-func (f *Forwarder) runUnordered(wakeCh <-chan struct{}, window int) {
-	defer f.emitters.Done()
-	ctx := f.hardCtx
+func newTokenClaimer(f *Forwarder, wake <-chan struct{}, window int) *tokenClaimer {
 	cfg := &f.cfg
-	results := make(chan uResult, window) // never blocks: at most window watchers
-	batches := map[outbox.Token]*uBatch{}
-	var (
-		dst        []outbox.Record
-		inFlight   int
-		pending    int       // acks waiting for a delete
-		flushAt    time.Time // wall time
-		nextClaim  time.Time // wall time
-		idle       = cfg.PollInterval
-		errDelay   = cfg.PollInterval
-		stopping   = f.stopping
-		isStopping bool
-		cur        cursor
-		rt         renewTicker // renews the claims while the router is busy
-	)
-	counters := &f.counters[0]
-	minClaim := max(min(cfg.ClaimBatch, window)/4, 1)
-	jw := newJobWindow() // acked or nacked rows whose store update has not landed yet
-
-	flush := func() {
-		for tok, b := range batches {
-			if len(b.acked) > 0 {
-				f.submit(storeJob{
-					complete: &outbox.CompleteParams{Token: tok, IDs: b.acked, Lane: outbox.Unordered},
-					until:    b.until,
-					window:   jw,
-				})
-				b.acked = nil
-			}
-			if b.open == 0 {
-				delete(batches, tok)
-			}
-		}
-		pending = 0
-		flushAt = time.Time{}
+	return &tokenClaimer{
+		f: f, cfg: cfg, ctx: f.hardCtx, wake: wake, window: window,
+		minClaim: max(min(cfg.ClaimBatch, window)/4, 1),
+		counters: &f.counters[0],
+		results:  make(chan uResult, window),
+		batches:  map[outbox.Token]*uBatch{},
+		jw:       newJobWindow(),
+		idle:     cfg.PollInterval, errDelay: cfg.PollInterval,
+		stopping: f.stopping,
 	}
+}
 
-	handle := func(r uResult) {
-		inFlight--
-		counters.inFlight.Add(-1)
-		f.reportInFlight(outbox.Unordered)
-		b := r.batch
-		b.open--
-		if r.acked {
-			b.acked = append(b.acked, r.d.row.ID)
-			pending++
-			if flushAt.IsZero() {
-				flushAt = time.Now().Add(cfg.CompleteDelay)
-			}
-			counters.sent.Add(1)
-			f.metrics.MessageSent(outbox.Unordered)
-			return
-		}
-		fp := f.failureOf(r.d, b.token)
-		f.submit(storeJob{fail: &fp, until: b.until, window: jw})
-		if b.open == 0 && len(b.acked) == 0 {
-			delete(batches, b.token)
-		}
-	}
-
-	renew := func() {
-		now := f.now()
-		for _, b := range batches {
-			if (b.open == 0 && b.waiting == 0) || b.until.Sub(now) >= cfg.ClaimTTL/2 || time.Now().Before(b.renewAt) {
-				continue
-			}
-			until := now.Add(cfg.ClaimTTL)
-			n, err := f.store.Renew(ctx, outbox.RenewParams{Token: b.token, Now: now, Until: until, Lane: outbox.Unordered})
-			switch {
-			case err != nil:
-				f.logger.Error("Cannot renew claims of unordered rows in flight", err, nil)
-				b.renewAt = time.Now().Add(cfg.PollInterval)
-			case n == 0:
-				f.logger.Info("Claims of unordered rows in flight expired; they may be sent twice", watermill.LogFields{"rows": b.open})
-				b.lost = true
-				b.until = until // nothing left to renew; stop trying
-				b.renewAt = until
-			default:
-				b.until = until
-			}
-		}
-	}
-
+// run claims, emits and settles until Close has stopped it and its messages are
+// settled, or the shutdown deadline abandons them.
+func (c *tokenClaimer) run() {
 	for {
-		if !isStopping && f.isStopping() {
-			isStopping, stopping = true, nil
+		if !c.isStopping && c.f.isStopping() {
+			c.isStopping, c.stopping = true, nil
 		}
-		if isStopping && inFlight == 0 {
-			flush()
+		if c.isStopping && c.inFlight == 0 {
+			c.flush()
 			return
 		}
 		// Claim when the window has room for a useful batch (or is empty): a claim of a
 		// handful of rows costs the same round trip as a full one.
-		room := window - inFlight - pending - int(jw.rows.Load())
-		canClaim := !isStopping && room > 0 && (inFlight == 0 || room >= minClaim)
-		if canClaim && !time.Now().Before(nextClaim) {
-			n := min(cfg.ClaimBatch, room)
-			now := f.now()
-			b := &uBatch{token: outbox.NewToken(), until: now.Add(cfg.ClaimTTL)}
-			after := cur.next(cfg.PollInterval)
-			recs, err := f.store.Claim(ctx, outbox.ClaimParams{
-				Lane: outbox.Unordered, Limit: n, Now: now, Until: b.until, Token: b.token, After: after,
-			}, dst)
-			cur.advance(len(recs) == n, lastID(recs))
-			switch {
-			case err == nil && len(recs) == 0 && !after.IsZero():
-				dst = recs
-				continue // the rest of the backlog may sit behind the cursor: sweep at once
-			case err != nil:
-				f.logger.Error("Cannot claim unordered rows; backing off", err, watermill.LogFields{"retry_in": errDelay})
-				nextClaim = time.Now().Add(errDelay)
-				errDelay = min(2*errDelay, cfg.MaxPollInterval)
-			case len(recs) == 0:
-				dst = recs
-				errDelay = cfg.PollInterval
-				nextClaim = time.Now().Add(idle)
-				idle = min(2*idle, cfg.MaxPollInterval)
-			default:
-				dst = recs
-				errDelay, idle = cfg.PollInterval, cfg.PollInterval
-				if len(recs) == n || !after.IsZero() {
-					nextClaim = time.Time{} // more may be waiting (ahead of or behind the cursor)
-				} else {
-					nextClaim = time.Now().Add(cfg.PollInterval)
-				}
-				batches[b.token] = b
-				b.waiting = len(recs)
-				for i := range recs {
-					if f.isStopping() {
-						// Shutting down: give the rows not emitted yet back at once.
-						f.releaseUnordered(b.token, recs[i:])
-						b.waiting = 0
-						break
-					}
-					if b.lost {
-						// The batch's claims expired while the consumer was slow: these
-						// rows are anyone's again; sending them here would duplicate.
-						b.waiting = 0
-						break
-					}
-					b.waiting--
-					msg, d, reason := f.prepare(&recs[i])
-					if reason != "" {
-						f.parkClaimed(&recs[i], b.token, reason)
-						continue
-					}
-					b.open++
-					inFlight++
-					counters.inFlight.Add(1)
-					if !f.emit(ctx, msg, &rt, cfg.ClaimTTL/4, renew) {
-						counters.inFlight.Add(-1)
-						f.releaseUnordered(b.token, recs[i:])
-						return
-					}
-					go f.watchUnordered(msg, d, b, results)
-				}
-				f.reportInFlight(outbox.Unordered)
-				if b.open == 0 {
-					delete(batches, b.token)
-				}
+		room := c.window - c.inFlight - c.pending - int(c.jw.rows.Load())
+		canClaim := !c.isStopping && room > 0 && (c.inFlight == 0 || room >= c.minClaim)
+		if canClaim && !time.Now().Before(c.nextClaim) {
+			again, ok := c.claim(min(c.cfg.ClaimBatch, room))
+			if !ok {
+				return
+			}
+			if again {
 				continue
 			}
 		}
-
-		// Wait for a result, a wake-up, or the next deadline.
-		var wait time.Duration = -1
-		setWait := func(at time.Time) {
-			d := time.Until(at)
-			if d < 0 {
-				d = 0
-			}
-			if wait < 0 || d < wait {
-				wait = d
-			}
-		}
-		if canClaim {
-			setWait(nextClaim)
-		}
-		if pending > 0 {
-			setWait(flushAt)
-		}
-		if len(batches) > 0 {
-			// Check renewals at least every quarter of the claim TTL.
-			setWait(time.Now().Add(cfg.ClaimTTL / 4))
-		}
-		var timer <-chan time.Time
-		var t *time.Timer
-		if wait >= 0 {
-			t = time.NewTimer(wait)
-			timer = t.C
-		}
-		select {
-		case r := <-results:
-			handle(r)
-		drain:
-			for {
-				select {
-				case r := <-results:
-					handle(r)
-				default:
-					break drain
-				}
-			}
-		case <-wakeCh:
-			nextClaim = time.Time{}
-			idle = cfg.PollInterval
-		case <-jw.done: // store updates landed: the window may have room again
-		case <-timer:
-		case <-stopping:
-			isStopping = true
-			stopping = nil
-		case <-f.abandon:
-			if t != nil {
-				t.Stop()
-			}
-			flush()
+		if !c.wait(canClaim) {
 			return
 		}
-		if t != nil {
-			t.Stop()
-		}
-		if pending > 0 && (pending >= cfg.ClaimBatch || !time.Now().Before(flushAt) || isStopping) {
-			flush()
-		}
-		renew()
 	}
 }
 
-// watchUnordered reports the outcome of one emitted message. One watcher per message,
-// not per batch: a slow message must not hold back the reports (window room, deletes)
-// of the messages emitted after it.
-func (f *Forwarder) watchUnordered(msg *message.Message, d *delivery, b *uBatch, results chan<- uResult) {
-	if acked, ok := f.watch(msg); ok {
-		results <- uResult{batch: b, d: d, acked: acked}
+// claim claims up to n rows and emits them. again reports that the loop should go on
+// at once (rows were emitted, or the cursor may hide the rest of the backlog); ok is
+// false when the forwarder abandoned its messages.
+func (c *tokenClaimer) claim(n int) (again, ok bool) {
+	cfg := c.cfg
+	now := c.f.now()
+	b := &uBatch{token: outbox.NewToken(), until: now.Add(cfg.ClaimTTL)}
+	after := c.cur.next(cfg.PollInterval)
+	recs, err := c.f.store.Claim(c.ctx, outbox.ClaimParams{
+		Lane: outbox.Unordered, Limit: n, Now: now, Until: b.until, Token: b.token, After: after,
+	}, c.dst)
+	c.cur.advance(len(recs) == n, lastID(recs))
+	switch {
+	case err == nil && len(recs) == 0 && !after.IsZero():
+		c.dst = recs
+		return true, true // the rest of the backlog may sit behind the cursor: sweep at once
+	case err != nil:
+		c.f.logger.Error("Cannot claim unordered rows; backing off", err, watermill.LogFields{"retry_in": c.errDelay})
+		c.nextClaim = time.Now().Add(c.errDelay)
+		c.errDelay = min(2*c.errDelay, cfg.MaxPollInterval)
+		return false, true
+	case len(recs) == 0:
+		c.dst = recs
+		c.errDelay = cfg.PollInterval
+		c.nextClaim = time.Now().Add(c.idle)
+		c.idle = min(2*c.idle, cfg.MaxPollInterval)
+		return false, true
+	}
+	c.dst = recs
+	c.errDelay, c.idle = cfg.PollInterval, cfg.PollInterval
+	if len(recs) == n || !after.IsZero() {
+		c.nextClaim = time.Time{} // more may be waiting (ahead of or behind the cursor)
+	} else {
+		c.nextClaim = time.Now().Add(cfg.PollInterval)
+	}
+	return true, c.emitBatch(b, recs)
+}
+
+// emitBatch hands the claimed rows of b to the router, one watcher per message; false
+// when the forwarder abandoned its messages meanwhile.
+func (c *tokenClaimer) emitBatch(b *uBatch, recs []outbox.Record) bool {
+	f := c.f
+	c.batches[b.token] = b
+	b.waiting = len(recs)
+	for i := range recs {
+		if f.isStopping() {
+			// Shutting down: give the rows not emitted yet back at once.
+			f.releaseUnordered(b.token, recs[i:])
+			b.waiting = 0
+			break
+		}
+		if b.lost {
+			// The batch's claims expired while the consumer was slow: these rows are
+			// anyone's again; sending them here would duplicate.
+			b.waiting = 0
+			break
+		}
+		b.waiting--
+		msg, d, reason := f.prepare(&recs[i])
+		if reason != "" {
+			f.parkClaimed(&recs[i], b.token, reason)
+			continue
+		}
+		b.open++
+		c.inFlight++
+		c.counters.inFlight.Add(1)
+		if !f.emit(c.ctx, msg, &c.rt, c.cfg.ClaimTTL/4, c.renew) {
+			c.counters.inFlight.Add(-1)
+			f.releaseUnordered(b.token, recs[i:])
+			return false
+		}
+		go c.watch(msg, d, b)
+	}
+	f.reportInFlight(outbox.Unordered)
+	if b.open == 0 {
+		delete(c.batches, b.token)
+	}
+	return true
+}
+
+// watch reports the outcome of one emitted message. One watcher per message, not per
+// batch: a slow message must not hold back the reports (window room, deletes) of the
+// messages emitted after it.
+func (c *tokenClaimer) watch(msg *message.Message, d *delivery, b *uBatch) {
+	switch await(msg, nil, c.f.abandon) {
+	case outcomeAcked:
+		c.results <- uResult{batch: b, d: d, acked: true}
+	case outcomeNacked:
+		c.results <- uResult{batch: b, d: d}
+	}
+}
+
+// wait waits for a result, a wake-up, a store update landing or the next deadline, then
+// flushes the acks that are due and renews the claims that need it. It reports false
+// when the forwarder abandoned its messages (after flushing what it could).
+func (c *tokenClaimer) wait(canClaim bool) bool {
+	var timer <-chan time.Time
+	if d, ok := c.nextDeadline(canClaim); ok {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case r := <-c.results:
+		c.handle(r)
+		c.drainResults()
+	case <-c.wake:
+		c.nextClaim = time.Time{}
+		c.idle = c.cfg.PollInterval
+	case <-c.jw.done: // store updates landed: the window may have room again
+	case <-timer:
+	case <-c.stopping:
+		c.isStopping, c.stopping = true, nil
+	case <-c.f.abandon:
+		c.flush()
+		return false
+	}
+	if c.pending > 0 && (c.pending >= c.cfg.ClaimBatch || !time.Now().Before(c.flushAt) || c.isStopping) {
+		c.flush()
+	}
+	c.renew()
+	return true
+}
+
+// nextDeadline is how long to wait at most: until the next claim (when one may be
+// made), the coalesced delete, or the next renewal check; ok is false for no deadline.
+func (c *tokenClaimer) nextDeadline(canClaim bool) (wait time.Duration, ok bool) {
+	wait = -1
+	setWait := func(at time.Time) {
+		d := max(time.Until(at), 0)
+		if wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	if canClaim {
+		setWait(c.nextClaim)
+	}
+	if c.pending > 0 {
+		setWait(c.flushAt)
+	}
+	if len(c.batches) > 0 {
+		// Check renewals at least every quarter of the claim TTL.
+		setWait(time.Now().Add(c.cfg.ClaimTTL / 4))
+	}
+	return wait, wait >= 0
+}
+
+// drainResults handles the results already reported, without waiting.
+func (c *tokenClaimer) drainResults() {
+	for {
+		select {
+		case r := <-c.results:
+			c.handle(r)
+		default:
+			return
+		}
+	}
+}
+
+// handle settles one message: an ack joins its batch's coalesced delete, a nack is
+// failed through the completer.
+func (c *tokenClaimer) handle(r uResult) {
+	f := c.f
+	c.inFlight--
+	c.counters.inFlight.Add(-1)
+	f.reportInFlight(outbox.Unordered)
+	b := r.batch
+	b.open--
+	if r.acked {
+		b.acked = append(b.acked, r.d.row.ID)
+		c.pending++
+		if c.flushAt.IsZero() {
+			c.flushAt = time.Now().Add(c.cfg.CompleteDelay)
+		}
+		c.counters.sent.Add(1)
+		f.metrics.MessageSent(outbox.Unordered)
+		return
+	}
+	fp := f.failureOf(r.d, b.token)
+	f.submit(storeJob{fail: &fp, until: b.until, window: c.jw})
+	if b.open == 0 && len(b.acked) == 0 {
+		delete(c.batches, b.token)
+	}
+}
+
+// flush submits the coalesced deletes of every batch and forgets the settled batches.
+func (c *tokenClaimer) flush() {
+	for tok, b := range c.batches {
+		if len(b.acked) > 0 {
+			c.f.submit(storeJob{
+				complete: &outbox.CompleteParams{Token: tok, IDs: b.acked, Lane: outbox.Unordered},
+				until:    b.until,
+				window:   c.jw,
+			})
+			b.acked = nil
+		}
+		if b.open == 0 {
+			delete(c.batches, tok)
+		}
+	}
+	c.pending = 0
+	c.flushAt = time.Time{}
+}
+
+// renew extends the claims of batches with rows in flight or waiting to be emitted once
+// less than half of ClaimTTL is left.
+func (c *tokenClaimer) renew() {
+	f, cfg := c.f, c.cfg
+	now := f.now()
+	for _, b := range c.batches {
+		if (b.open == 0 && b.waiting == 0) || b.until.Sub(now) >= cfg.ClaimTTL/2 || time.Now().Before(b.renewAt) {
+			continue
+		}
+		until := now.Add(cfg.ClaimTTL)
+		n, err := f.store.Renew(c.ctx, outbox.RenewParams{Token: b.token, Now: now, Until: until, Lane: outbox.Unordered})
+		switch {
+		case err != nil:
+			f.logger.Error("Cannot renew claims of unordered rows in flight", err, nil)
+			b.renewAt = time.Now().Add(cfg.PollInterval)
+		case n == 0:
+			f.logger.Info("Claims of unordered rows in flight expired; they may be sent twice", watermill.LogFields{"rows": b.open})
+			b.lost = true
+			b.until = until // nothing left to renew; stop trying
+			b.renewAt = until
+		default:
+			b.until = until
+		}
 	}
 }
 
@@ -361,80 +370,5 @@ func (f *Forwarder) countFailure(lane int, parked bool) {
 	if parked {
 		c.parked.Add(1)
 		f.metrics.MessageParked(lane)
-	}
-}
-
-// submit queues a store job; after the shutdown deadline it is dropped (the claim
-// expires and the row is sent again). The job's rows stay in its window until it ends.
-func (f *Forwarder) submit(j storeJob) {
-	j.window.add(j.rows())
-	select {
-	case f.jobs <- j:
-	case <-f.abandon:
-		j.window.release(j.rows())
-	}
-}
-
-// runCompleters runs the deletes and failures of unordered rows until Close closes jobs.
-func (f *Forwarder) runCompleters() {
-	defer f.services.Done()
-	var wg sync.WaitGroup
-	for range completerCount {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range f.jobs {
-				f.runJob(j)
-				j.window.release(j.rows())
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// runJob retries a store job on errors until the claim it relies on has expired.
-func (f *Forwarder) runJob(j storeJob) {
-	delay := 20 * time.Millisecond
-	if !f.now().Before(j.until) {
-		return // the claim is gone: the store would change nothing
-	}
-	for {
-		ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.ClaimTTL)
-		var err error
-		if c := j.complete; c != nil {
-			c.Now = f.now()
-			var n int
-			n, err = f.store.Complete(ctx, *c)
-			if err == nil && n < len(c.IDs) {
-				f.logger.Info("Some acked rows were not deleted (claim expired); they will be sent again",
-					watermill.LogFields{"acked": len(c.IDs), "deleted": n})
-			}
-		} else {
-			p := j.fail
-			p.Now = f.now() // RetryAt stays relative to the failure
-			var ok bool
-			ok, err = f.store.Fail(ctx, *p)
-			switch {
-			case err == nil && ok:
-				f.countFailed(p) // counted once recorded, as on the other paths
-			case err == nil:
-				f.logger.Debug("Failed row no longer claimed (claim expired)", watermill.LogFields{"row_id": p.ID.String()})
-			}
-		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if !f.now().Before(j.until) {
-			f.logger.Error("Giving up a store update: the claim has expired", err, nil)
-			return
-		}
-		f.logger.Error("Store update failed; retrying", err, watermill.LogFields{"retry_in": delay})
-		select {
-		case <-time.After(delay):
-		case <-f.abandon:
-			return
-		}
-		delay = min(2*delay, time.Second)
 	}
 }

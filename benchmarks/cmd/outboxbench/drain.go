@@ -57,12 +57,14 @@ func drainSection(ctx context.Context, e *engine, cfg config, sec *section) erro
 			fn   func() (float64, error)
 		}{
 			{"raw", func() (float64, error) { return drainRaw(ctx, e, n, cfg.drainLimit) }},
-			{"ours_unordered", func() (float64, error) { return drainOurs(ctx, e, n, 0, forwarder.Config{}, 1, cfg.drainLimit) }},
+			{"ours_unordered", func() (float64, error) {
+				return drainOurs(ctx, e, n, 0, forwarder.Config{TokenClaims: true}, 1, cfg.drainLimit)
+			}},
 			{"ours_unordered_tuned", func() (float64, error) {
-				return drainOurs(ctx, e, n, 0, forwarder.Config{ClaimBatch: oursTunedClaim, InFlight: oursTunedInFlight}, 1, cfg.drainLimit)
+				return drainOurs(ctx, e, n, 0, forwarder.Config{TokenClaims: true, ClaimBatch: oursTunedClaim, InFlight: oursTunedInFlight}, 1, cfg.drainLimit)
 			}},
 			{"ours_unordered_locking", func() (float64, error) {
-				return drainOurs(ctx, e, n, 0, forwarder.Config{UnorderedLocking: true}, 1, cfg.drainLimit)
+				return drainOurs(ctx, e, n, 0, forwarder.Config{}, 1, cfg.drainLimit)
 			}},
 			{"ours_ordered", func() (float64, error) { return drainOurs(ctx, e, n, 1000, forwarder.Config{}, 1, cfg.drainLimit) }},
 			{"watermill_default", func() (float64, error) { return drainWM(ctx, e, n, false, 0, 0, cfg.drainLimit) }},
@@ -76,20 +78,20 @@ func drainSection(ctx context.Context, e *engine, cfg config, sec *section) erro
 			}
 		}
 		sec.add("raw_msgs_per_s", "raw loop (SKIP LOCKED claim 500 + batch DELETE, 4 workers)", "msgs/s", rate["raw"])
-		sec.add("ours_unordered_msgs_per_s", "ours, unordered (default Config)", "msgs/s", rate["ours_unordered"])
-		sec.add("ours_unordered_tuned_msgs_per_s", fmt.Sprintf("ours, unordered, ClaimBatch %d, InFlight %d", oursTunedClaim, oursTunedInFlight), "msgs/s", rate["ours_unordered_tuned"])
-		sec.add("ours_unordered_locking_msgs_per_s", "ours, unordered, UnorderedLocking", "msgs/s", rate["ours_unordered_locking"])
+		sec.add("ours_unordered_msgs_per_s", "ours, unordered, TokenClaims", "msgs/s", rate["ours_unordered"])
+		sec.add("ours_unordered_tuned_msgs_per_s", fmt.Sprintf("ours, unordered, TokenClaims, ClaimBatch %d, InFlight %d", oursTunedClaim, oursTunedInFlight), "msgs/s", rate["ours_unordered_tuned"])
+		sec.add("ours_unordered_locking_msgs_per_s", "ours, unordered, row locks (default Config)", "msgs/s", rate["ours_unordered_locking"])
 		sec.add("ours_ordered_msgs_per_s", "ours, ordered (64 lanes, 1,000 keys)", "msgs/s", rate["ours_ordered"])
 		sec.add("watermill_default_msgs_per_s", "Watermill forwarder, watermill-sql defaults", "msgs/s", rate["watermill_default"])
 		sec.add("watermill_tuned_msgs_per_s", fmt.Sprintf("Watermill forwarder, queue schema, batch %d, poll %s", wmTunedBatch, wmTunedPoll), "msgs/s", rate["watermill_tuned"])
-		sec.add("ratio_ours_unordered_raw", "ours unordered / raw", "ratio", rate["ours_unordered"]/rate["raw"])
-		sec.add("ratio_ours_locking_raw", "ours unordered UnorderedLocking / raw", "ratio", rate["ours_unordered_locking"]/rate["raw"])
+		sec.add("ratio_ours_unordered_raw", "ours unordered TokenClaims / raw", "ratio", rate["ours_unordered"]/rate["raw"])
+		sec.add("ratio_ours_locking_raw", "ours unordered row locks / raw", "ratio", rate["ours_unordered_locking"]/rate["raw"])
 		sec.add("ratio_ours_ordered_raw", "ours ordered / raw", "ratio", rate["ours_ordered"]/rate["raw"])
-		sec.add("ratio_ours_unordered_watermill_default", "ours unordered / Watermill default", "ratio", rate["ours_unordered"]/rate["watermill_default"])
-		sec.add("ratio_ours_unordered_watermill_tuned", "ours unordered / Watermill tuned", "ratio", rate["ours_unordered"]/rate["watermill_tuned"])
-		sec.add("ratio_ours_tuned_watermill_tuned", "ours unordered tuned / Watermill tuned", "ratio", rate["ours_unordered_tuned"]/rate["watermill_tuned"])
-		sec.add("ratio_ours_locking_watermill_tuned", "ours unordered UnorderedLocking / Watermill tuned", "ratio", rate["ours_unordered_locking"]/rate["watermill_tuned"])
-		sec.add("ratio_ours_tuned_raw", "ours unordered tuned / raw", "ratio", rate["ours_unordered_tuned"]/rate["raw"])
+		sec.add("ratio_ours_unordered_watermill_default", "ours unordered TokenClaims / Watermill default", "ratio", rate["ours_unordered"]/rate["watermill_default"])
+		sec.add("ratio_ours_unordered_watermill_tuned", "ours unordered TokenClaims / Watermill tuned", "ratio", rate["ours_unordered"]/rate["watermill_tuned"])
+		sec.add("ratio_ours_tuned_watermill_tuned", "ours unordered TokenClaims tuned / Watermill tuned", "ratio", rate["ours_unordered_tuned"]/rate["watermill_tuned"])
+		sec.add("ratio_ours_locking_watermill_tuned", "ours unordered row locks / Watermill tuned", "ratio", rate["ours_unordered_locking"]/rate["watermill_tuned"])
+		sec.add("ratio_ours_tuned_raw", "ours unordered TokenClaims tuned / raw", "ratio", rate["ours_unordered_tuned"]/rate["raw"])
 		sec.add("ratio_ours_ordered_watermill_tuned", "ours ordered / Watermill tuned", "ratio", rate["ours_ordered"]/rate["watermill_tuned"])
 	}
 	sec.note("Rates: messages handed to the no-op publisher and deleted/acked, divided by the time from start until the " +
