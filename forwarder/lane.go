@@ -290,6 +290,10 @@ func (w *laneWorker) publishRun() runResult {
 			err := f.targets[first.Transport].Publish(first.Destination, msgs...)
 			counters.inFlight.Add(-int64(len(msgs)))
 			f.reportInFlight(w.lane)
+			if err != nil && len(msgs) == 1 {
+				w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": first.ID.String()})
+				return runResult{sent: start, failed: first, reason: err.Error()}
+			}
 			if err != nil {
 				// Which of the messages went out is unknown: send them one at a time, so
 				// that the failure lands on the row that causes it (a poison message must

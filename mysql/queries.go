@@ -38,7 +38,7 @@ type queries struct {
 	insert                    string // "INSERT INTO ... VALUES "; the rows follow
 	listParked, listParkedKey string
 
-	leaseLock, leaseInsert, leaseExtend, leaseTakeover, leaseRenew string
+	leaseAcquire, leaseHeld, leaseRenew string
 	leaseRelease, leases                                           string
 
 	heartbeat, members, leave string
@@ -125,10 +125,16 @@ func newQueries(n names) *queries {
 	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 
-	q.leaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > %s FROM %s WHERE lane = ? FOR UPDATE`, dbNow, n.lanes)
-	q.leaseInsert = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, %s)`, n.lanes, dbUntil)
-	q.leaseExtend = fmt.Sprintf(`UPDATE %s SET owner = ?, expires_at = GREATEST(expires_at, %s), renewals = renewals + 1 WHERE lane = ?`, n.lanes, dbUntil)
-	q.leaseTakeover = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = %s, renewals = 0 WHERE lane = ?`, n.lanes, dbUntil)
+	// One autocommit upsert, so that no lock on the lease row outlives the statement (a
+	// transaction driven by a client that is paused would hold it and block every
+	// takeover). The assignments run left to right, each seeing the ones before: the
+	// token changes only when the lease has expired; the rest follow when the row now
+	// holds the caller's token (a takeover, or its own lease extended).
+	// Parameters: lane, owner, token, TTL, token, token, owner, token, token, TTL.
+	q.leaseAcquire = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, %s) ON DUPLICATE KEY UPDATE `+
+		`token = IF(expires_at <= %s, ?, token), owner = IF(token = ?, ?, owner), renewals = IF(token = ?, renewals + 1, renewals), `+
+		`expires_at = IF(token = ?, GREATEST(expires_at, %s), expires_at)`, n.lanes, dbUntil, dbNow, dbUntil)
+	q.leaseHeld = fmt.Sprintf(`SELECT token = ? AND expires_at > %s FROM %s WHERE lane = ?`, dbNow, n.lanes)
 	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, %s), renewals = renewals + 1 `+
 		`WHERE lane = ? AND token = ? AND expires_at > %s`, n.lanes, dbUntil, dbNow)
 	q.leaseRelease = fmt.Sprintf(`DELETE FROM %s WHERE lane = ? AND token = ?`, n.lanes)

@@ -837,39 +837,18 @@ func (s *Store) checkLease(l outbox.LeaseParams) error {
 }
 
 // AcquireLease takes l.Lane for l.Token when it is free or expired on the server's
-// clock, or extends it when l.Token already holds it. The lane row is locked in a short
-// transaction, so the decision does not depend on affected-rows semantics.
+// clock, or extends it when l.Token already holds it: one autocommit upsert, then a
+// read of who holds the lane.
 func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, error) {
 	if err := s.checkLease(l); err != nil {
 		return false, err
 	}
-	ttl := l.TTL.Microseconds()
-	held := false
-	err := s.inTxRetry(ctx, func(tx *sql.Tx) error {
-		held = false
-		var same, live bool
-		err := queryRowB(ctx, tx, s.q.leaseLock, l.Token[:], int64(l.Lane)).Scan(&same, &live)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			_, err = execB(ctx, tx, s.q.leaseInsert, int64(l.Lane), l.Owner, l.Token[:], ttl)
-			if isDupEntry(err) {
-				return nil // another forwarder inserted it first (no gap locks at READ COMMITTED)
-			}
-			held = err == nil
-			return err
-		case err != nil:
-			return err
-		case live && same:
-			_, err = execB(ctx, tx, s.q.leaseExtend, l.Owner, ttl, int64(l.Lane))
-		case live:
-			return nil
-		default:
-			_, err = execB(ctx, tx, s.q.leaseTakeover, l.Owner, l.Token[:], ttl, int64(l.Lane))
-		}
-		held = err == nil
-		return err
-	})
-	if err != nil {
+	ttl, tok := l.TTL.Microseconds(), l.Token[:]
+	if _, err := s.exec(ctx, s.q.leaseAcquire, int64(l.Lane), l.Owner, tok, ttl, tok, tok, l.Owner, tok, tok, ttl); err != nil {
+		return false, wrapErr("acquire lease", err)
+	}
+	var held bool
+	if err := queryRowB(ctx, s.db, s.q.leaseHeld, tok, int64(l.Lane)).Scan(&held); err != nil {
 		return false, wrapErr("acquire lease", err)
 	}
 	return held, nil
