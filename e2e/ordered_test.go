@@ -146,9 +146,13 @@ type loggingPublisher struct {
 	closed atomic.Bool
 }
 
+// Publish records each message with the number of this call: a Publish call is one
+// send (the forwarder checks its lease before each call), so its messages share the
+// number taken when the call begins, and a call begun before a SIGSTOP is in flight,
+// however many messages it carries.
 func (p *loggingPublisher) Publish(_ string, msgs ...*message.Message) error {
+	n := p.next()
 	for _, m := range msgs {
-		n := p.next()
 		if p.closed.Load() {
 			return fmt.Errorf("logging publisher %s closed", p.sender)
 		}
