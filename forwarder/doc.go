@@ -71,25 +71,39 @@
 // every LeaseTTL/3 and aims at its fair share (lanes/K for K live members, one more for
 // the first lanes%K members in name order), acquiring free or expired leases and handing
 // surplus lanes over at its next membership check. A forwarder that dies loses its lanes
-// when its leases expire (LeaseTTL); its lane row claims last no longer than its lease, so
-// its lanes resume about LeaseTTL after a crash.
+// when its leases expire: its lanes resume about LeaseTTL after a crash.
 //
-// Each held lane has a worker that claims the head run of the lane (up to LaneBatch
-// rows) and sends one message at a time, in id order, each only after the previous one
-// was acked and deleted by a statement fenced by the lease token, and only while its
-// lease is live by its clock (with a margin of LeaseTTL/10). (BatchLaneDeletes trades
-// the per-row fenced delete for one per run: faster, with the weaker guarantee its doc
-// states.) A head row that is not yet due, or that holds a live claim of someone
-// else, holds the whole lane: ordering beats scheduling, so a row scheduled for later
-// delays the rows written after it in its lane. When a lease renewal or a fenced delete
-// is refused, the worker stops at once: a forwarder that lost its lease (paused,
-// partitioned) neither completes nor sends further rows of that lane; its sent rows are
-// sent again by the lane's next owner (at least once).
-// Tokens fence regardless of clocks; expiries are compared with the caller's clock, so
-// the forwarders of one table need clocks in step (NTP) to well within LeaseTTL/10.
+// Under its live lease a lane's worker is the lane's only sender, so it claims nothing:
+// it reads the head run of the lane (up to LaneBatch rows, one statement, no writes),
+// sends it in id order, and deletes the sent rows with one statement fenced by the lease
+// token, then reads the next run. Through a router (AddToRouter) it hands the run's
+// messages over one at a time, each after the previous one was acked: a router may run
+// handlers concurrently. Run (no router) publishes consecutive rows of one transport and
+// topic in one Publish call, which Watermill's publishers send in order (a failed call
+// is published again one message at a time, so that the failure lands on the row that
+// causes it). A head row that is not yet due holds the whole lane: ordering beats
+// scheduling, so a row scheduled for later delays the rows written after it in its lane.
 //
-// A nacked head is retried after its backoff while the rows behind it wait (their claims
-// are given back meanwhile). After MaxAttempts it is parked and the lane continues, or,
+// The guarantee, exactly. Lease expiries are set and compared on one clock, the
+// database's: a lease lasts LeaseTTL from the database's now when it was acquired or
+// last renewed, and a peer can take the lane over only once the database finds it
+// expired. The holder's worker may start a send (a message handed to the router, or a
+// Publish call) only before its deadline: the monotonic instant taken just before the
+// statement that acquired or last renewed the lease, plus LeaseTTL minus LeaseTTL/10,
+// checked before every send. That instant precedes the database's now of the same
+// statement, so whatever the wall clocks of the forwarders say (Config.Now may be
+// skewed), a holder never starts a send after a peer could have taken its lane, provided
+// the holder's monotonic clock does not run slower than the database's by more than a
+// tenth. A holder paused past its lease (SIGSTOP, a long GC pause, a VM freeze) sends
+// nothing more of that lane when it resumes; a send it had started before the pause
+// completes late, and the rows it carries are sent again by the new holder (duplicates,
+// never a reordering of first deliveries). Deletes and failures are fenced by the store
+// too: a holder whose lease is gone changes no row of the lane, stops the lane, and its
+// sent rows are sent again by the lane's next owner (at least once). Duplicates are
+// bounded by what was in flight: one run per lane.
+//
+// A nacked head is retried after its backoff while the rows behind it wait. After
+// MaxAttempts it is parked and the lane continues, or,
 // with StopLaneOnPoison, the lane stops until the parked row is requeued or purged; with
 // HoldParkedKeys only later rows of the parked row's ordering key are held.
 //

@@ -39,7 +39,7 @@ type queries struct {
 	listParked, listParkedKey string
 
 	leaseAcquire, leaseHeld, leaseRenew string
-	leaseRelease, leases                                           string
+	leaseRelease, leases                string
 
 	heartbeat, members, leave string
 
@@ -134,7 +134,7 @@ func newQueries(n names) *queries {
 	q.leaseAcquire = fmt.Sprintf(`INSERT INTO %s (lane, owner, token, expires_at) VALUES (?, ?, ?, %s) ON DUPLICATE KEY UPDATE `+
 		`token = IF(expires_at <= %s, ?, token), owner = IF(token = ?, ?, owner), renewals = IF(token = ?, renewals + 1, renewals), `+
 		`expires_at = IF(token = ?, GREATEST(expires_at, %s), expires_at)`, n.lanes, dbUntil, dbNow, dbUntil)
-	q.leaseHeld = fmt.Sprintf(`SELECT token = ? AND expires_at > %s FROM %s WHERE lane = ?`, dbNow, n.lanes)
+	q.leaseHeld = fmt.Sprintf(`SELECT token = ? FROM %s WHERE lane = ?`, n.lanes)
 	q.leaseRenew = fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(expires_at, %s), renewals = renewals + 1 `+
 		`WHERE lane = ? AND token = ? AND expires_at > %s`, n.lanes, dbUntil, dbNow)
 	q.leaseRelease = fmt.Sprintf(`DELETE FROM %s WHERE lane = ? AND token = ?`, n.lanes)

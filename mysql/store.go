@@ -13,8 +13,8 @@ import (
 	"unicode/utf8"
 
 	outbox "github.com/relayer-go/watermill-outbox"
-	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 	"github.com/relayer-go/watermill-outbox/internal/lanehead"
+	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 

@@ -31,7 +31,9 @@ func eligible(alias, now string) string {
 // a lane); dbUntil is that clock plus a TTL parameter in microseconds.
 const dbNow = `statement_timestamp()`
 
-func dbUntil(ttl string) string { return `(statement_timestamp() + ` + ttl + `::bigint * interval '1 microsecond')` }
+func dbUntil(ttl string) string {
+	return `(statement_timestamp() + ` + ttl + `::bigint * interval '1 microsecond')`
+}
 
 // liveLease is the fencing condition: the lease token of lane is live on the server's
 // clock.

@@ -73,7 +73,7 @@ type queries struct {
 	requeueAll, requeueKey, requeueNullKey   string
 	purgeAll, purgeKey, purgeNullKey         string
 	acquireLease, renewLease, releaseLease   string
-	laneRun, parkedKeys, failLane           string
+	laneRun, parkedKeys, failLane            string
 	leases, heartbeat, members, leave        string
 
 	inboxRecord, inboxPrune, inboxStats string

@@ -11,8 +11,8 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
-	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 	"github.com/relayer-go/watermill-outbox/internal/lanehead"
+	"github.com/relayer-go/watermill-outbox/internal/lockedbatch"
 	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
