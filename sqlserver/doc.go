@@ -88,7 +88,7 @@
 // transaction during Insert. A pooled connection the server closed is recognised
 // (outbox.StaleConnChecker: driver.ErrBadConn), so publisher.Outbox.Begin takes another.
 //
-// The store also implements [outbox.BatchLocker] (the forwarder's UnorderedLocking
+// The store also implements [outbox.BatchLocker] (the forwarder's default for unordered
 // mode): LockBatch reads the unordered claim's rows WITH (UPDLOCK, READPAST, ROWLOCK,
 // READCOMMITTEDLOCK) in an open READ COMMITTED transaction, which holds their update
 // locks until Finish deletes the sent rows, records the failures and commits (or until
