@@ -295,8 +295,8 @@ func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *messag
 	}
 	if !f.cfg.DisableOrdered {
 		f.services.Add(2)
-		go f.runLaneScout()
-		go f.runLeases()
+		go newLaneScout(f).run()
+		go newLeaseManager(f).run()
 	}
 	if f.cfg.StatsInterval > 0 {
 		f.services.Add(1)

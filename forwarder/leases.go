@@ -25,7 +25,7 @@ type laneHold struct {
 	deadline  atomic.Int64
 	ctx       context.Context
 	cancel    context.CancelFunc // fencing: the lease is lost, stop at once
-	release   chan struct{}      // handover: send the rows already claimed, then stop
+	release   chan struct{}      // handover: stop after the message in flight
 	releasing bool
 	lost      bool
 	done      chan struct{}
@@ -47,42 +47,54 @@ func fairShare(members []string, owner string, lanes int) (share, index, k int) 
 	return share, index, k
 }
 
-// runLeases is the lease manager: every LeaseTTL/3 it heartbeats and renews the leases
-// it holds (stopping a lane's worker at once when its renewal is refused); every
-// min(LeaseTTL/3, MaxPollInterval) it reads the members and moves towards its fair share
-// of lanes by acquiring free or expired leases or handing lanes over. After Close it
-// keeps the leases of draining workers alive, then leaves.
-func (f *Forwarder) runLeases() {
-	defer f.services.Done()
-	holds := map[int]*laneHold{}
-	renewEvery := f.cfg.LeaseTTL / 3
-	// Membership is checked more often than leases are renewed, so that lanes released
-	// by a forwarder that left are taken over within about MaxPollInterval.
-	tick := min(renewEvery, f.cfg.MaxPollInterval)
-	var nextRenew, lastRenew time.Time
+// leaseManager is the service that holds this forwarder's lane leases: every LeaseTTL/3
+// it heartbeats and renews the leases it holds (stopping a lane's worker at once when
+// its renewal is refused); every min(LeaseTTL/3, MaxPollInterval) it reads the members
+// and moves towards its fair share of lanes, acquiring free or expired leases (a lane
+// worker starts for each) or handing lanes over. After Close it keeps the leases of
+// draining workers alive until they exit, then leaves the members table.
+type leaseManager struct {
+	f          *Forwarder
+	holds      map[int]*laneHold
+	renewEvery time.Duration
+	// tick is the membership check's period: more often than renewals, so that lanes
+	// released by a forwarder that left are taken over within about MaxPollInterval.
+	tick                 time.Duration
+	nextRenew, lastRenew time.Time
+}
+
+func newLeaseManager(f *Forwarder) *leaseManager {
+	every := f.cfg.LeaseTTL / 3
+	return &leaseManager{f: f, holds: map[int]*laneHold{}, renewEvery: every, tick: min(every, f.cfg.MaxPollInterval)}
+}
+
+// run is the service's loop, until Close; then shutdown.
+func (m *leaseManager) run() {
+	defer m.f.services.Done()
 	for {
 		// Renewals keep their cadence however long a round takes on a slow database.
-		renew := !time.Now().Before(nextRenew)
+		renew := !time.Now().Before(m.nextRenew)
 		if renew {
-			lastRenew = time.Now()
-			nextRenew = lastRenew.Add(renewEvery)
+			m.lastRenew = time.Now()
+			m.nextRenew = m.lastRenew.Add(m.renewEvery)
 		}
-		f.leaseTick(holds, renew, renewEvery/2)
-		if !sleep(max(min(tick, time.Until(nextRenew)), 0), f.stopping, nil) {
+		m.round(renew, m.renewEvery/2)
+		if !sleep(max(min(m.tick, time.Until(m.nextRenew)), 0), m.f.stopping, nil) {
 			break
 		}
 	}
-	tick = renewEvery
-	// Shutdown: workers send what they claimed and release their leases on exit.
-	poll := min(tick, 20*time.Millisecond)
-	for {
-		f.reap(holds)
-		if len(holds) == 0 {
-			break
-		}
-		if time.Since(lastRenew) >= tick {
-			f.renewLeases(holds)
-			lastRenew = time.Now()
+	m.shutdown()
+}
+
+// shutdown keeps renewing the leases of the workers still draining (they release their
+// leases on exit), then leaves the members table.
+func (m *leaseManager) shutdown() {
+	f := m.f
+	poll := min(m.renewEvery, 20*time.Millisecond)
+	for m.reap(); len(m.holds) > 0; m.reap() {
+		if time.Since(m.lastRenew) >= m.renewEvery {
+			m.renew()
+			m.lastRenew = time.Now()
 		}
 		time.Sleep(poll)
 	}
@@ -94,11 +106,11 @@ func (f *Forwarder) runLeases() {
 }
 
 // reap forgets holds whose worker has exited (the worker released its lease).
-func (f *Forwarder) reap(holds map[int]*laneHold) {
-	for lane, h := range holds {
+func (m *leaseManager) reap() {
+	for lane, h := range m.holds {
 		select {
 		case <-h.done:
-			delete(holds, lane)
+			delete(m.holds, lane)
 		default:
 		}
 	}
@@ -108,19 +120,23 @@ func (f *Forwarder) reap(holds map[int]*laneHold) {
 // on a loaded database can take longer than the lease lasts.
 const leaseRenewers = 8
 
-func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
+// renewal is one lease renewal's outcome.
+type renewal struct {
+	h     *laneHold
+	start time.Duration // Forwarder.mono before the statement
+	ok    bool
+	err   error
+}
+
+// renew renews every held lease (up to leaseRenewers at once) and applies the outcomes.
+func (m *leaseManager) renew() {
+	f := m.f
 	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
-	type result struct {
-		h     *laneHold
-		start time.Duration // Forwarder.mono before the statement
-		ok    bool
-		err   error
-	}
-	var results []result
-	for _, h := range holds {
+	var results []renewal
+	for _, h := range m.holds {
 		if !h.lost {
-			results = append(results, result{h: h})
+			results = append(results, renewal{h: h})
 		}
 	}
 	sem := make(chan struct{}, leaseRenewers)
@@ -137,40 +153,46 @@ func (f *Forwarder) renewLeases(holds map[int]*laneHold) {
 	}
 	wg.Wait()
 	for _, r := range results {
-		h, lane := r.h, r.h.lane
-		switch {
-		case r.err != nil:
-			if !h.live(f.mono()) {
-				f.logger.Error("Lane lease expired while it could not be renewed; stopping the lane", r.err, watermill.LogFields{"lane": lane})
-				h.lost = true
-				h.cancel()
-			} else {
-				f.logger.Error("Cannot renew a lane lease; will retry", r.err, watermill.LogFields{"lane": lane})
-			}
-		case !r.ok:
-			if !f.isStopping() { // at shutdown the worker has just released it
-				f.logger.Info("Lane lease lost (taken over); stopping the lane", watermill.LogFields{"lane": lane})
-			}
-			h.lost = true
-			h.cancel()
-		default:
-			h.extend(r.start, f.cfg.LeaseTTL)
-		}
+		m.apply(r)
 	}
 }
 
-// leaseTick runs one round of the lease manager. Acquiring lanes gets its own budget: at
-// least one lane per round, more while the acquisitions took less than budget, so that
-// taking many lanes on a slow database neither delays the renewals much nor starves.
-func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.Duration) {
+// apply moves a lane's deadline after a renewal, or stops its worker when the lease is
+// lost (refused, or expired while it could not be renewed).
+func (m *leaseManager) apply(r renewal) {
+	f, h := m.f, r.h
+	switch {
+	case r.err != nil && h.live(f.mono()):
+		f.logger.Error("Cannot renew a lane lease; will retry", r.err, watermill.LogFields{"lane": h.lane})
+	case r.err != nil:
+		f.logger.Error("Lane lease expired while it could not be renewed; stopping the lane", r.err, watermill.LogFields{"lane": h.lane})
+		h.lost = true
+		h.cancel()
+	case !r.ok:
+		if !f.isStopping() { // at shutdown the worker has just released it
+			f.logger.Info("Lane lease lost (taken over); stopping the lane", watermill.LogFields{"lane": h.lane})
+		}
+		h.lost = true
+		h.cancel()
+	default:
+		h.extend(r.start, f.cfg.LeaseTTL)
+	}
+}
+
+// round runs one round of the lease manager: heartbeat and renewals when due, then the
+// rebalancing towards the fair share. Acquiring lanes gets its own budget: at least one
+// lane per round, more while the acquisitions took less than budget, so that taking
+// many lanes on a slow database neither delays the renewals much nor starves.
+func (m *leaseManager) round(renew bool, budget time.Duration) {
+	f := m.f
 	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
-	f.reap(holds)
+	m.reap()
 	if renew {
 		if err := f.store.Heartbeat(ctx, f.cfg.Owner, f.cfg.LeaseTTL); err != nil {
 			f.logger.Error("Cannot record the forwarder's heartbeat", err, nil)
 		}
-		f.renewLeases(holds)
+		m.renew()
 	}
 	if f.isStopping() {
 		return
@@ -185,34 +207,50 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.D
 		f.logger.Error("Cannot list forwarder members; keeping the current lanes", err, nil)
 		return
 	}
-	lanes := f.opts.Lanes
-	share, index, k := fairShare(members, f.cfg.Owner, lanes)
+	share, index, k := fairShare(members, f.cfg.Owner, f.opts.Lanes)
 	f.members.Store(int64(k))
+	active := m.active()
+	if len(active) > share {
+		m.handOver(active, share, index, k)
+		return
+	}
+	if need := share - len(active); need > 0 {
+		m.acquire(ctx, need, index*f.opts.Lanes/k, budget)
+	}
+}
 
+// active lists the held lanes whose lease is neither lost nor being handed over.
+func (m *leaseManager) active() []int {
 	var active []int
-	for lane, h := range holds {
+	for lane, h := range m.holds {
 		if !h.lost && !h.releasing {
 			active = append(active, lane)
 		}
 	}
-	if len(active) > share {
-		// Hand over the lanes farthest from this member's preferred range.
-		start := index * lanes / k
-		sort.Slice(active, func(i, j int) bool {
-			return (active[i]-start+lanes)%lanes < (active[j]-start+lanes)%lanes
-		})
-		for _, lane := range active[share:] {
-			h := holds[lane]
-			h.releasing = true
-			close(h.release)
-			f.logger.Debug("Handing a lane over", watermill.LogFields{"lane": lane, "share": share, "members": k})
-		}
-		return
+	return active
+}
+
+// handOver asks the workers of the lanes beyond share, farthest from this member's
+// preferred range first, to stop: they release their leases on exit.
+func (m *leaseManager) handOver(active []int, share, index, k int) {
+	lanes := m.f.opts.Lanes
+	start := index * lanes / k
+	sort.Slice(active, func(i, j int) bool {
+		return (active[i]-start+lanes)%lanes < (active[j]-start+lanes)%lanes
+	})
+	for _, lane := range active[share:] {
+		h := m.holds[lane]
+		h.releasing = true
+		close(h.release)
+		m.f.logger.Debug("Handing a lane over", watermill.LogFields{"lane": lane, "share": share, "members": k})
 	}
-	need := share - len(active)
-	if need == 0 {
-		return
-	}
+}
+
+// acquire takes up to need free or expired lanes, starting at lane start, within budget
+// (at least one attempt).
+func (m *leaseManager) acquire(ctx context.Context, need, start int, budget time.Duration) {
+	f := m.f
+	lanes := f.opts.Lanes
 	leases, err := f.store.Leases(ctx)
 	if err != nil {
 		f.logger.Error("Cannot list lane leases", err, nil)
@@ -230,24 +268,22 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.D
 			taken[l.Lane] = true
 		}
 	}
-	start := index * lanes / k
-	acquireStart, acquired := time.Now(), 0
-	for i := 0; i < lanes && need > 0 && (acquired == 0 || time.Since(acquireStart) < budget); i++ {
+	began, acquired := time.Now(), 0
+	for i := 0; i < lanes && need > 0 && (acquired == 0 || time.Since(began) < budget); i++ {
 		lane := (start + i) % lanes
-		if taken[lane] || holds[lane] != nil {
+		if taken[lane] || m.holds[lane] != nil {
 			continue
 		}
 		token := outbox.NewToken()
-		start := f.mono()
+		at := f.mono()
 		ok, err := f.store.AcquireLease(ctx, outbox.LeaseParams{Lane: lane, Owner: f.cfg.Owner, Token: token, TTL: f.cfg.LeaseTTL})
-		if err != nil {
+		switch {
+		case err != nil:
 			f.logger.Error("Cannot acquire a lane lease", err, watermill.LogFields{"lane": lane})
 			return
-		}
-		if !ok {
+		case !ok:
 			continue // another forwarder was faster
-		}
-		if !f.startLane(holds, lane, token, start) {
+		case !m.startLane(lane, token, at):
 			return
 		}
 		need--
@@ -255,11 +291,13 @@ func (f *Forwarder) leaseTick(holds map[int]*laneHold, renew bool, budget time.D
 	}
 }
 
-// startLane starts the worker of a freshly leased lane; false when the forwarder closed
-// meanwhile (the lease is released again).
-func (f *Forwarder) startLane(holds map[int]*laneHold, lane int, token outbox.Token, start time.Duration) bool {
+// startLane starts the worker of a freshly leased lane (acquired by a statement that
+// started at mono); false when the forwarder closed meanwhile (the lease is released
+// again).
+func (m *leaseManager) startLane(lane int, token outbox.Token, mono time.Duration) bool {
+	f := m.f
 	h := &laneHold{lane: lane, token: token, release: make(chan struct{}), done: make(chan struct{})}
-	h.extend(start, f.cfg.LeaseTTL)
+	h.extend(mono, f.cfg.LeaseTTL)
 	h.ctx, h.cancel = context.WithCancel(f.hardCtx)
 	f.mu.Lock()
 	if f.closed {
@@ -270,7 +308,7 @@ func (f *Forwarder) startLane(holds map[int]*laneHold, lane int, token outbox.To
 	}
 	f.emitters.Add(1)
 	f.mu.Unlock()
-	holds[lane] = h
+	m.holds[lane] = h
 	f.held[lane].Store(true)
 	f.reportLanesHeld()
 	f.logger.Debug("Lane acquired", watermill.LogFields{"lane": lane})

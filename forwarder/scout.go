@@ -7,58 +7,80 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// runLaneScout looks for the lanes holding pending rows (Store.PendingLanes: an index
-// dive per non-empty lane) and wakes the worker of a lane that has just received rows.
-// It looks every PollInterval after a lane received rows, backing off to MaxPollInterval
-// while nothing changes (workers of non-empty lanes poll those themselves). Idle workers
-// of empty lanes do not poll at all: with 64 empty lanes an idle forwarder sends one
-// probe per MaxPollInterval instead of 64 claims. When the probe fails every worker polls
-// its lane on its own again.
-func (f *Forwarder) runLaneScout() {
+// laneScout is the service that looks for the lanes holding pending rows
+// (Store.PendingLanes: an index dive per non-empty lane) and wakes the worker of a lane
+// that has just received rows. It looks every PollInterval after a lane received rows,
+// backing off to MaxPollInterval while nothing changes (workers of non-empty lanes poll
+// those themselves). Idle workers of empty lanes do not poll at all: with 64 empty lanes
+// an idle forwarder sends one probe per MaxPollInterval instead of 64 head reads. When
+// the probe fails every worker polls its lane on its own again.
+type laneScout struct {
+	f        *Forwarder
+	interval time.Duration // until the next look
+	pending  []bool        // the last look's answer, by lane
+}
+
+func newLaneScout(f *Forwarder) *laneScout {
+	return &laneScout{f: f, interval: f.cfg.PollInterval, pending: make([]bool, len(f.lanePending))}
+}
+
+// run looks, then sleeps the interval, until Close.
+func (s *laneScout) run() {
+	f := s.f
 	defer f.services.Done()
-	cfg := &f.cfg
-	interval := cfg.PollInterval
-	pending := make([]bool, len(f.lanePending))
 	for {
-		ctx, cancel := context.WithTimeout(f.hardCtx, cfg.LeaseTTL)
+		ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 		lanes, err := f.store.PendingLanes(ctx)
 		cancel()
-		if err != nil {
-			if f.hardCtx.Err() != nil {
-				return
-			}
+		switch {
+		case err != nil && f.hardCtx.Err() != nil:
+			return
+		case err != nil:
 			f.logger.Error("Cannot look for lanes with pending rows; every lane worker polls its lane", err, nil)
-			for i := range f.lanePending {
-				if !f.lanePending[i].Swap(true) && f.held[i].Load() {
-					wake(f.laneWake[i])
-				}
-			}
-			interval = cfg.PollInterval
-		} else {
-			clear(pending)
-			for _, l := range lanes {
-				if l >= 0 && l < len(pending) {
-					pending[l] = true
-				}
-			}
-			arrived := false
-			for l, p := range pending {
-				if was := f.lanePending[l].Swap(p); p && !was {
-					arrived = true
-					if f.held[l].Load() {
-						wake(f.laneWake[l])
-					}
-				}
-			}
-			if arrived {
-				interval = cfg.PollInterval
-			} else {
-				interval = min(2*interval, cfg.MaxPollInterval)
-			}
+			s.wakeAll()
+		default:
+			s.update(lanes)
 		}
-		if !sleep(interval, f.stopping, nil) {
+		if !sleep(s.interval, f.stopping, nil) {
 			return
 		}
+	}
+}
+
+// wakeAll marks every lane pending, so that every worker polls its lane.
+func (s *laneScout) wakeAll() {
+	f := s.f
+	for i := range f.lanePending {
+		if !f.lanePending[i].Swap(true) && f.held[i].Load() {
+			wake(f.laneWake[i])
+		}
+	}
+	s.interval = f.cfg.PollInterval
+}
+
+// update records the lanes found pending and wakes the workers of those that just
+// received rows.
+func (s *laneScout) update(lanes []int) {
+	f := s.f
+	clear(s.pending)
+	for _, l := range lanes {
+		if l >= 0 && l < len(s.pending) {
+			s.pending[l] = true
+		}
+	}
+	arrived := false
+	for l, p := range s.pending {
+		if was := f.lanePending[l].Swap(p); p && !was {
+			arrived = true
+			if f.held[l].Load() {
+				wake(f.laneWake[l])
+			}
+		}
+	}
+	if arrived {
+		s.interval = f.cfg.PollInterval
+	} else {
+		s.interval = min(2*s.interval, f.cfg.MaxPollInterval)
 	}
 }
 

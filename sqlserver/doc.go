@@ -89,7 +89,7 @@
 // (outbox.StaleConnChecker: driver.ErrBadConn), so publisher.Outbox.Begin takes another.
 //
 // The store also implements [outbox.BatchLocker] (the forwarder's default for unordered
-// mode): LockBatch reads the unordered claim's rows WITH (UPDLOCK, READPAST, ROWLOCK,
+// rows): LockBatch reads the unordered claim's rows WITH (UPDLOCK, READPAST, ROWLOCK,
 // READCOMMITTEDLOCK) in an open READ COMMITTED transaction, which holds their update
 // locks until Finish deletes the sent rows, records the failures and commits (or until
 // the rollback). Other batches and ordinary claims skip those rows (READPAST); a plain
