@@ -24,6 +24,7 @@ import (
 	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/internal/pubbench"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
+	"github.com/relayer-go/watermill-outbox/lanes"
 	"github.com/relayer-go/watermill-outbox/publisher"
 )
 
@@ -47,7 +48,13 @@ func benchRows() int {
 // fillUnordered inserts n unordered rows (200-byte payload, three metadata entries)
 // directly through the store in transactions of 5,000.
 func fillUnordered(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, n int, destination string) {
+	fillKeyed(tb, e, db, store, n, 0, destination)
+}
+
+// fillKeyed fills store with n rows over keys ordering keys (0: unordered rows).
+func fillKeyed(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, n, keys int, destination string) {
 	tb.Helper()
+	lanesN := store.Options().WithDefaults().Lanes
 	ctx := context.Background()
 	md := message.Metadata{"trace_id": "0123456789abcdef", "type": "order.created", "v": "1"}
 	headers := headercodec.EncodeMetadata(nil, md)
@@ -58,10 +65,15 @@ func fillUnordered(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store
 	for done := 0; done < n; {
 		recs = recs[:0]
 		for i := 0; i < chunk && done+i < n; i++ {
-			recs = append(recs, outbox.Record{
+			r := outbox.Record{
 				ID: outbox.NewID(), MessageUUID: watermill.NewUUID(), Lane: outbox.Unordered,
 				Destination: destination, Headers: headers, Body: body, CreatedAt: now,
-			})
+			}
+			if keys > 0 {
+				r.OrderingKey = "key-" + strconv.Itoa((done+i)%keys)
+				r.Lane = lanes.Of(r.OrderingKey, lanesN)
+			}
+			recs = append(recs, r)
 		}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -412,6 +424,76 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			b.Logf("%s: per round: baseline %v, forwarder TokenClaims (250/1000) %v, TokenClaims 500/2000 %v, forwarder default row locks (500/2000) %v, row locks 250/1000 %v rows/s",
 				e.Name, rounded(base), rounded(def), rounded(big), rounded(locked), rounded(locked500))
+		})
+	}
+}
+
+// BenchmarkDrainOrdered: a backlog of ordered rows (64 lanes, 1,000 keys) drained into a
+// no-op publisher by the forwarder with the default Config through Run, against the
+// hand-written SKIP LOCKED claim + batch delete loop over as many unordered rows on the
+// same database (the "raw loop"). Reports both rates, their ratio, the Go CPU
+// per message of each (this process only) and the allocations per forwarded message.
+// OUTBOX_BENCH_LANE_BATCH and OUTBOX_BENCH_LANE_STATEMENTS override the two lane
+// settings, to size them by measurement.
+func BenchmarkDrainOrdered(b *testing.B) {
+	n := benchRows()
+	cfg := forwarder.Config{}
+	if v, err := strconv.Atoi(os.Getenv("OUTBOX_BENCH_LANE_BATCH")); err == nil {
+		cfg.LaneBatch = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("OUTBOX_BENCH_LANE_STATEMENTS")); err == nil {
+		cfg.LaneStatements = v
+	}
+	for _, e := range chaos.Engines {
+		b.Run(e.Name, func(b *testing.B) {
+			db, _ := e.Open(b)
+			var base, ours, ratio, baseCPU, oursCPU, allocs []float64
+			cpuPerMsg := func(run func()) float64 {
+				c0 := processCPU()
+				run()
+				return float64((processCPU() - c0).Nanoseconds()) / float64(n)
+			}
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < benchRounds(); r++ {
+					runs := []func(){
+						func() {
+							st := e.Table(b, db, 64)
+							fillUnordered(b, e, db, st, n, "bench")
+							nop := &chaos.NopPublisher{}
+							baseCPU = append(baseCPU, cpuPerMsg(func() {
+								base = append(base, baselineDrain(b, e, db, st.Options(), nop, n))
+							}))
+							quiesce(b, e, db, st.Options())
+						},
+						func() {
+							st := e.Table(b, db, 64)
+							fillKeyed(b, e, db, st, n, 1000, "bench")
+							nop := &chaos.NopPublisher{}
+							oursCPU = append(oursCPU, cpuPerMsg(func() {
+								d := forwarderDrain(b, e, db, st, cfg, nop, nop.Count, n)
+								ours = append(ours, d.rate)
+								allocs = append(allocs, d.allocsPerMsg)
+							}))
+							quiesce(b, e, db, st.Options())
+						},
+					}
+					if r%2 == 1 {
+						slices.Reverse(runs)
+					}
+					for _, run := range runs {
+						run()
+					}
+					ratio = append(ratio, ours[len(ours)-1]/base[len(base)-1])
+				}
+			}
+			b.ReportMetric(median(base), "baseline_rows/s")
+			b.ReportMetric(median(ours), "ordered_rows/s")
+			b.ReportMetric(median(ratio), "ratio")
+			b.ReportMetric(median(baseCPU), "baseline_cpu_ns/msg")
+			b.ReportMetric(median(oursCPU), "ordered_cpu_ns/msg")
+			b.ReportMetric(median(oursCPU)/median(baseCPU), "cpu_ratio")
+			b.ReportMetric(median(allocs), "allocs/msg")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
