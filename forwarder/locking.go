@@ -181,6 +181,10 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, 
 		}
 		ob.open++
 		counters.inFlight.Add(1)
+		if f.direct {
+			ob.sent = append(ob.sent, emitted{msg: msg, d: d})
+			continue // published below, with the rest of the batch
+		}
 		if !f.emit(f.handBack, msg, &c.rt, cfg.ClaimTTL, func() {}) {
 			ob.open-- // never handed over
 			counters.inFlight.Add(-1)
@@ -190,6 +194,9 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, 
 		ob.sent = append(ob.sent, emitted{msg: msg, d: d})
 	}
 	f.reportInFlight(outbox.Unordered)
+	if f.direct {
+		f.publishDirect(ob.sent)
+	}
 	return ob, len(recs), last, nil
 }
 
