@@ -541,12 +541,18 @@ func (f *Forwarder) AddToRouter(r *message.Router) (*message.Handler, error) {
 	return r.AddConsumerHandler(f.cfg.HandlerName, f.opts.OutboxTable(), f, f.Handler()), nil
 }
 
-// Run forwards until ctx is cancelled, without a router: it subscribes and runs the
-// handler (Handler) for each message in a goroutine of its own, acking or nacking it as
-// a router would. With no middleware to apply that is all a router would do here, and it
-// saves the router's cost per message (BenchmarkRouterPassThroughBaseline); use
-// AddToRouter for middleware. Run returns once Close has finished, with its error, or at
-// once with the subscription's error (lanes out of range, closed).
+// Run forwards until ctx is cancelled, without a router, publishing to the targets
+// itself as the Handler would: a lane worker publishes consecutive rows of its run with
+// one transport and topic in one Publish call (Watermill's publishers send them in
+// order), and a locked batch of unordered rows goes out in concurrent calls of up to ten
+// messages; a failed call is published again one message at a time, so that the
+// failure lands on the row that causes it. Messages of token claims (TokenClaims) are
+// handled each in a goroutine of its own, acked or nacked as a router would. With no
+// middleware to apply that is all a router would do here, and it saves the router's
+// cost per message (BenchmarkDrain's fwdlocked_router figures); use AddToRouter for
+// middleware (there, one message per handler call). Run returns once Close has
+// finished, with its error, or at once with the subscription's error (lanes out of
+// range, closed).
 func (f *Forwarder) Run(ctx context.Context) error {
 	f.mu.Lock()
 	f.direct = !f.subscribed
