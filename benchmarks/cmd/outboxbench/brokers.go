@@ -48,12 +48,12 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 		return err
 	}
 	defer closeKafka()
-	brokers = append(brokers, kb)
+	brokers = append(brokers, kb, kafkaBatchBroker(kb))
 
 	workers := forwarder.TokenInFlightDefault
 	for _, b := range brokers {
 		for run := 0; run < cfg.runs; run++ {
-			var raw, ours, locking, loop float64
+			var raw, ours, locking, ordered, loop float64
 			measureRaw := func() error {
 				pub, topic, cleanup, err := b.setup(run)
 				if err != nil {
@@ -64,7 +64,7 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 				return err
 			}
 			// filled runs fn over a fresh topic and a table holding n rows for it.
-			filled := func(fn func(pub message.Publisher, t *outboxTable) error) error {
+			filled := func(keys int, fn func(pub message.Publisher, t *outboxTable) error) error {
 				pub, topic, cleanup, err := b.setup(run)
 				if err != nil {
 					return err
@@ -75,13 +75,13 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 					return err
 				}
 				defer t.drop()
-				if err := fillOutbox(ctx, t, n, 0, topic); err != nil {
+				if err := fillOutbox(ctx, t, n, keys, topic); err != nil {
 					return err
 				}
 				return fn(pub, t)
 			}
-			measureOurs := func(cfg forwarder.Config, rate *float64) error {
-				return filled(func(pub message.Publisher, t *outboxTable) (err error) {
+			measureOurs := func(cfg forwarder.Config, keys int, rate *float64) error {
+				return filled(keys, func(pub message.Publisher, t *outboxTable) (err error) {
 					cp := &countingPublisher{next: pub}
 					*rate, err = runOurs(ctx, t, cfg, 1, cp, cp.Count, n, 5*time.Minute)
 					return err
@@ -90,7 +90,7 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 			// The database-backed ceiling: the hand-written SKIP LOCKED loop, each of its 4
 			// workers publishing a batch through workers/4 goroutines at once.
 			measureLoop := func() error {
-				return filled(func(pub message.Publisher, t *outboxTable) (err error) {
+				return filled(0, func(pub message.Publisher, t *outboxTable) (err error) {
 					loop, err = rawLoop(ctx, e, t, pub, workers/4, n, 5*time.Minute)
 					return err
 				})
@@ -98,8 +98,9 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 			steps := []func() error{
 				measureRaw,
 				measureLoop,
-				func() error { return measureOurs(forwarder.Config{TokenClaims: true}, &ours) },
-				func() error { return measureOurs(forwarder.Config{}, &locking) },
+				func() error { return measureOurs(forwarder.Config{TokenClaims: true}, 0, &ours) },
+				func() error { return measureOurs(forwarder.Config{}, 0, &locking) },
+				func() error { return measureOurs(forwarder.Config{}, orderedKeys, &ordered) },
 			}
 			if run%2 == 1 {
 				slices.Reverse(steps)
@@ -117,10 +118,16 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 			sec.add(b.name+"/raw_loop_msgs_per_s", b.name+": raw loop (SKIP LOCKED 500 + DELETE, 4 workers, each batch published by "+fmt.Sprint(workers/4)+" goroutines)", "msgs/s", loop)
 			sec.add(b.name+"/ratio_raw_loop_raw", b.name+": raw loop / raw (the database-backed ceiling)", "ratio", loop/raw)
 			sec.add(b.name+"/ratio_ours_locking_raw_loop", b.name+": ours row locks / raw loop", "ratio", locking/loop)
+			sec.add(b.name+"/ours_ordered_msgs_per_s", b.name+": ours ordered (default Config, 64 lanes, 1,000 keys)", "msgs/s", ordered)
+			sec.add(b.name+"/ratio_ours_ordered_raw", b.name+": ours ordered / raw", "ratio", ordered/raw)
+			sec.add(b.name+"/ratio_ours_ordered_raw_loop", b.name+": ours ordered / raw loop", "ratio", ordered/loop)
 		}
 	}
 	sec.note("RabbitMQ: watermill-amqp v2 NewDurableQueueConfig, ChannelPoolSize %d, ConfirmDelivery, queue declared first. "+
-		"Kafka: kfake in process (1 broker, %d partitions), watermill-kafka v3 sync publisher (DefaultSaramaSyncPublisherConfig). "+
+		"Kafka: kfake in process (1 broker, %d partitions), watermill-kafka v3 sync publisher (DefaultSaramaSyncPublisherConfig), "+
+		"partition key = the row's ordering key (forwarder.RowFromContext), else the message UUID; "+
+		"kafka_batch: the same cluster through a publisher that sends a Publish call's messages in one SendMessages (a 30-line wrapper in this harness). "+
+		"Ordered rows keep their per-key order on both: one queue, one partition per key. "+
 		"Ours is timed until every row is published and deleted.", amqpChannelPool, kafkaPartitions)
 	return nil
 }
@@ -183,19 +190,79 @@ func deleteQueue(cfg amqp.Config, topic string) {
 	_, _ = ch.QueueDelete(cfg.Queue.GenerateName(topic), false, false, false)
 }
 
+// orderedKeys is the number of ordering keys of the brokers' ordered runs.
+const orderedKeys = 1000
+
+// partitionKey is the Kafka partition key of a message: the ordering key of the outbox
+// row it was forwarded from, so that each key stays in one partition (in order), else
+// its UUID.
+func partitionKey(_ string, msg *message.Message) (string, error) {
+	if row, ok := forwarder.RowFromContext(msg.Context()); ok && row.OrderingKey != "" {
+		return row.OrderingKey, nil
+	}
+	return msg.UUID, nil
+}
+
+// kafkaBatchPublisher is a Watermill publisher that sends the messages of one Publish
+// call in one SendMessages (one produce request per partition, in order), where
+// watermill-kafka's sync publisher sends them one at a time, each waiting for its ack.
+type kafkaBatchPublisher struct {
+	producer  sarama.SyncProducer
+	marshaler kafka.Marshaler
+}
+
+func (p *kafkaBatchPublisher) Publish(topic string, msgs ...*message.Message) error {
+	batch := make([]*sarama.ProducerMessage, len(msgs))
+	for i, m := range msgs {
+		km, err := p.marshaler.Marshal(topic, m)
+		if err != nil {
+			return err
+		}
+		batch[i] = km
+	}
+	return p.producer.SendMessages(batch)
+}
+
+func (p *kafkaBatchPublisher) Close() error { return p.producer.Close() }
+
+// kafkaBatchBroker is kb's cluster behind a kafkaBatchPublisher.
+func kafkaBatchBroker(kb broker) broker {
+	return broker{name: "kafka_batch", setup: func(run int) (message.Publisher, string, func(), error) {
+		pub, topic, cleanup, err := kb.setup(run) // creates the topic
+		if err != nil {
+			return nil, "", nil, err
+		}
+		cleanup()
+		_ = pub
+		sc := kafka.DefaultSaramaSyncPublisherConfig()
+		sc.Version = sarama.V2_8_0_0
+		sc.Metadata.Retry.Backoff = 100 * time.Millisecond
+		producer, err := sarama.NewSyncProducer(kafkaAddrs, sc)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		bp := &kafkaBatchPublisher{producer: producer, marshaler: kafka.NewWithPartitioningMarshaler(partitionKey)}
+		return bp, topic, func() { _ = bp.Close() }, nil
+	}}
+}
+
+// kafkaAddrs are the in-process cluster's listeners (set by kafkaBroker).
+var kafkaAddrs []string
+
 func kafkaBroker() (broker, func(), error) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(kafkaPartitions))
 	if err != nil {
 		return broker{}, nil, fmt.Errorf("kfake: %w", err)
 	}
 	addrs := c.ListenAddrs()
+	kafkaAddrs = addrs
 	b := broker{name: "kafka", setup: func(run int) (message.Publisher, string, func(), error) {
 		topic := newPrefix() + "kafka"
 		sc := kafka.DefaultSaramaSyncPublisherConfig()
 		sc.Version = sarama.V2_8_0_0
 		sc.Metadata.Retry.Backoff = 100 * time.Millisecond
 		pub, err := kafka.NewPublisher(kafka.PublisherConfig{
-			Brokers: addrs, Marshaler: kafka.DefaultMarshaler{}, OverwriteSaramaConfig: sc,
+			Brokers: addrs, Marshaler: kafka.NewWithPartitioningMarshaler(partitionKey), OverwriteSaramaConfig: sc,
 		}, watermill.NopLogger{})
 		if err != nil {
 			return nil, "", nil, err

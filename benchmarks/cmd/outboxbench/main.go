@@ -26,6 +26,7 @@ type config struct {
 	drainRows      int
 	drainLimit     time.Duration // a drain still running after this is cut short
 	brokerRows     int
+	slowRows       int
 	latencySamples int
 	burstCommits   int // commits of the latency section's burst
 	burstRounds    int // bursts per variant and run
@@ -35,7 +36,7 @@ type config struct {
 	memoryLimit    time.Duration
 }
 
-var allSections = []string{"publish", "drain", "brokers", "latency", "scaling", "memory"}
+var allSections = []string{"publish", "drain", "brokers", "slow", "latency", "scaling", "memory"}
 
 func envOr(key, def string) string {
 	if v, ok := os.LookupEnv(key); ok {
@@ -96,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.publishTx = map[int]int{1: 40, 64: 10, 1000: 2}
 		cfg.drainRows, cfg.drainLimit = 5_000, 20*time.Second
 		cfg.brokerRows = 1_000
+		cfg.slowRows = 2_000
 		cfg.latencySamples = 60
 		cfg.burstCommits, cfg.burstRounds = 2_000, 2
 		cfg.scaleRows = 5_000
@@ -108,6 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.publishTx = map[int]int{1: 300, 64: 60, 1000: 10}
 		cfg.drainRows, cfg.drainLimit = 100_000, 60*time.Second
 		cfg.brokerRows = 20_000
+		cfg.slowRows = 20_000
 		cfg.latencySamples = 500
 		cfg.burstCommits, cfg.burstRounds = 10_000, 4
 		cfg.scaleRows = 20_000
@@ -183,6 +186,9 @@ func runSection(ctx context.Context, name string, e *engine, cfg config) *sectio
 	case "brokers":
 		sec = newSection(e.name, name, fmt.Sprintf("3. Forward %d messages to RabbitMQ and Kafka (kfake)", cfg.brokerRows))
 		err = brokersSection(ctx, e, cfg, sec)
+	case "slow":
+		sec = newSection(e.name, name, fmt.Sprintf("3b. Ordered rows into a slow target (2 ms per Publish call): %d messages", cfg.slowRows))
+		err = slowSection(ctx, e, cfg, sec)
 	case "latency":
 		sec = newSection(e.name, name, "4. Latency commit → publish (one message per transaction)")
 		err = latencySection(ctx, e, cfg, sec)
