@@ -7,9 +7,12 @@ import (
 
 // directCallMax bounds the messages of one Publish call of a locked batch sent by Run:
 // the calls of a batch run concurrently, so that a broker that confirms each message
-// (RabbitMQ) works on many at once, while a call still carries several messages to a
-// publisher that batches them (Kafka).
-const directCallMax = 10
+// (RabbitMQ, watermill-kafka's sync publisher) works on many at once, while a call
+// still carries several messages to a publisher that batches them. Measured with the
+// brokers section of benchmarks/ (MariaDB, one run each, ours row locks / raw loop):
+// 10 gave RabbitMQ 0.60, Kafka 0.80; 2 gave 1.13, 0.84 (and more Go CPU per message
+// into a no-op publisher); 4 gave 1.08, 1.20.
+const directCallMax = 4
 
 // publishDirect sends the emitted messages of a locked batch straight to their target
 // publishers (Run, no router) and acks or nacks each, as the Handler run by Run would:

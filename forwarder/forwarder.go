@@ -78,6 +78,7 @@ type Forwarder struct {
 
 	mu         sync.Mutex
 	subscribed bool
+	starting   bool // Subscribe is checking the lanes
 	closed     bool
 	out        chan *message.Message
 	baseCtx    context.Context
@@ -264,23 +265,66 @@ func (f *Forwarder) CheckLanes(ctx context.Context) error {
 	return nil
 }
 
+// checkLanesRetrying runs CheckLanes until it answers: a database that cannot be reached
+// (down, restarting, a connection killed) is retried with backoff (up to
+// MaxPollInterval, each failure logged), so that a forwarder started while its database
+// restarts comes up by itself. Lanes out of range, ctx's end and Close end it with an
+// error.
+func (f *Forwarder) checkLanesRetrying(ctx context.Context) error {
+	delay := f.cfg.PollInterval
+	for {
+		checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := f.CheckLanes(checkCtx)
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, outbox.ErrLaneOutOfRange):
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("forwarder: startup check: %w (last error: %v)", ctx.Err(), err)
+		}
+		f.logger.Error("Cannot check the outbox table's lanes at startup; retrying", err, watermill.LogFields{"retry_in": delay})
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		case <-f.stopping:
+			t.Stop()
+			return outbox.ErrClosed
+		}
+		t.Stop()
+		delay = min(2*delay, f.cfg.MaxPollInterval)
+	}
+}
+
 // Subscribe starts forwarding and returns the channel of messages to handle. topic is
 // informational (AddToRouter passes the outbox table name); a Forwarder serves one
-// subscription. Cancelling ctx closes the forwarder like Close.
+// subscription. Cancelling ctx closes the forwarder like Close. It first checks the
+// table's lanes (CheckLanes), retrying while the database cannot be reached: it returns
+// once the check answered, with outbox.ErrLaneOutOfRange, or when ctx ends or Close
+// is called.
 func (f *Forwarder) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.closed {
+		f.mu.Unlock()
 		return nil, outbox.ErrClosed
 	}
-	if f.subscribed {
+	if f.subscribed || f.starting {
+		f.mu.Unlock()
 		return nil, errors.New("forwarder: already subscribed (a Forwarder serves one subscription)")
 	}
-	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := f.CheckLanes(checkCtx)
-	cancel()
-	if err != nil {
+	f.starting = true
+	f.mu.Unlock()
+	// Outside the mutex: the check waits for a database that is down, and Close must be
+	// able to stop it.
+	err := f.checkLanesRetrying(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starting = false
+	switch {
+	case err != nil:
 		return nil, err
+	case f.closed:
+		return nil, outbox.ErrClosed
 	}
 	f.subscribed = true
 	f.out = make(chan *message.Message)
@@ -525,7 +569,7 @@ func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
 
 // AddToRouter adds the forwarder's handler to r under Config.HandlerName, subscribed to
 // this forwarder, and a plugin that checks the table's lanes before the router starts
-// its handlers. Router middleware applies to the handler as to any other.
+// its handlers (retrying while the database cannot be reached, as Subscribe does). Router middleware applies to the handler as to any other.
 func (f *Forwarder) AddToRouter(r *message.Router) (*message.Handler, error) {
 	if r == nil {
 		return nil, errors.New("forwarder: router is nil")
@@ -533,11 +577,7 @@ func (f *Forwarder) AddToRouter(r *message.Router) (*message.Handler, error) {
 	if _, dup := r.Handlers()[f.cfg.HandlerName]; dup {
 		return nil, fmt.Errorf("forwarder: router already has a handler named %q (set Config.HandlerName)", f.cfg.HandlerName)
 	}
-	r.AddPlugin(func(*message.Router) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return f.CheckLanes(ctx)
-	})
+	r.AddPlugin(func(*message.Router) error { return f.checkLanesRetrying(context.Background()) })
 	return r.AddConsumerHandler(f.cfg.HandlerName, f.opts.OutboxTable(), f, f.Handler()), nil
 }
 

@@ -700,3 +700,60 @@ func TestUnorderedFailureCountedOnceRecorded(t *testing.T) {
 		waitUnordered(t, f, func(s LaneSnapshot) bool { return s.Failed == 2 && s.Parked == 1 })
 	})
 }
+
+// A forwarder started while its database cannot be reached comes up by itself: Run's
+// startup check retries with backoff instead of returning, and rows flow once the
+// database answers. Close during the retries ends Run with ErrClosed.
+func TestStartupCheckRetriesWhileDatabaseDown(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		st := &outageStore{Store: tb.store}
+		st.down.Store(true)
+		rec := newRecorder()
+		tb.insert(t, tb.row("t", "", "u"), tb.row("t", "key-a", "o"))
+		cfg := fastConfig()
+		f, err := New(st, Targets{"": rec}, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { done <- f.Run(ctx) }()
+		waitFor(t, 10*time.Second, "startup checks refused", func() bool { return st.refused.Load() >= 3 })
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned while the database was down: %v", err)
+		default:
+		}
+		st.down.Store(false)
+		waitFor(t, 20*time.Second, "both rows sent", func() bool { return len(rec.got()) == 2 })
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run did not return after cancel")
+		}
+
+		g, err := New(&outageStore{Store: tb.store}, Targets{"": rec}, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Config() // the second forwarder never reaches its database
+		gs := g.store.(*outageStore)
+		gs.down.Store(true)
+		gdone := make(chan error, 1)
+		go func() { gdone <- g.Run(context.Background()) }()
+		waitFor(t, 10*time.Second, "startup checks refused", func() bool { return gs.refused.Load() >= 1 })
+		if err := g.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		select {
+		case err := <-gdone:
+			if !errors.Is(err, outbox.ErrClosed) {
+				t.Fatalf("Run after Close during the startup check = %v, want ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after Close during the startup check")
+		}
+	})
+}

@@ -379,6 +379,20 @@ func (o *outageStore) fail() error {
 	return nil
 }
 
+func (o *outageStore) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
+	if err := o.fail(); err != nil {
+		return dst[:0], err
+	}
+	return o.Store.Head(ctx, q, dst)
+}
+
+func (o *outageStore) MaxLane(ctx context.Context) (int, error) {
+	if err := o.fail(); err != nil {
+		return 0, err
+	}
+	return o.Store.MaxLane(ctx)
+}
+
 func (o *outageStore) Claim(ctx context.Context, p outbox.ClaimParams, dst []outbox.Record) ([]outbox.Record, error) {
 	if err := o.fail(); err != nil {
 		return dst[:0], err
