@@ -129,42 +129,25 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 // outbox.Store): pages of the lane's pending rows in id order, cut at the first row
 // that is not due or holds a live claim; rows of parked keys are passed over.
 func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
-	out := dst[:0]
 	if err := q.Validate(s.opts.Lanes); err != nil {
-		return out, invalid(err)
+		return dst[:0], invalid(err)
 	}
 	var parked map[string]outbox.ID
 	if q.HoldParkedKeys {
 		var err error
 		if parked, err = s.parkedKeys(ctx, s.db, q.Lane); err != nil {
-			return out, wrapErr("head", err)
+			return dst[:0], wrapErr("head", err)
 		}
 	}
 	now := q.Now.UTC().Truncate(time.Microsecond)
-	page := q.Limit
-	var after outbox.ID
-	for first := true; ; first = false {
-		if !first {
-			page = min(page*2, max(q.Limit, 1024)) // parked keys held rows of the last page
-		}
-		r, err := queryB(ctx, s.db, s.q.laneRun, int64(q.Lane), after[:], int64(page))
+	out, err := lanehead.Read(dst, q.Limit, parked, now, func(dst []outbox.Record, after outbox.ID, limit int) ([]outbox.Record, error) {
+		rows, err := queryB(ctx, s.db, s.q.laneRun, int64(q.Lane), after[:], int64(limit))
 		if err != nil {
-			return out, wrapErr("head", err)
+			return dst, err
 		}
-		mark := len(out)
-		if out, err = scanRecords(r, out, mark+page); err != nil {
-			return out[:mark], wrapErr("head", err)
-		}
-		read := len(out) - mark
-		if read > 0 {
-			after = out[len(out)-1].ID
-		}
-		n, stop := lanehead.Keep(out, mark, parked, now, q.Limit)
-		out = out[:n]
-		if stop || read < page {
-			return out, nil
-		}
-	}
+		return scanRecords(rows, dst, len(dst)+limit)
+	})
+	return out, wrapErr("head", err)
 }
 
 // scanRecords appends up to limit rows to dst and closes rows.

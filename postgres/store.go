@@ -129,38 +129,20 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 // outbox.Store): pages of the lane's pending rows in id order, cut at the first row
 // that is not due or holds a live claim; rows of parked keys are passed over.
 func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
-	out := dst[:0]
 	if err := q.Validate(s.opts.Lanes); err != nil {
-		return out, invalid(err)
+		return dst[:0], invalid(err)
 	}
 	var parked map[string]outbox.ID
 	if q.HoldParkedKeys {
 		var err error
 		if parked, err = s.parkedKeys(ctx, q.Lane); err != nil {
-			return out, wrap("head", err)
+			return dst[:0], wrap("head", err)
 		}
 	}
-	page := q.Limit
-	var after outbox.ID
-	for first := true; ; first = false {
-		if !first {
-			page = min(page*2, max(q.Limit, 1024)) // parked keys held rows of the last page
-		}
-		mark := len(out)
-		var err error
-		if out, err = s.scanPage(ctx, out, page, s.q.laneRun, q.Lane, after[:], page); err != nil {
-			return out[:mark], wrap("head", err)
-		}
-		read := len(out) - mark
-		if read > 0 {
-			after = out[len(out)-1].ID
-		}
-		n, stop := lanehead.Keep(out, mark, parked, q.Now, q.Limit)
-		out = out[:n]
-		if stop || read < page {
-			return out, nil
-		}
-	}
+	out, err := lanehead.Read(dst, q.Limit, parked, q.Now, func(dst []outbox.Record, after outbox.ID, limit int) ([]outbox.Record, error) {
+		return s.scanPage(ctx, dst, limit, s.q.laneRun, q.Lane, after[:], limit)
+	})
+	return out, wrap("head", err)
 }
 
 // scanPage appends up to limit rows of query to dst, reusing dst's storage.

@@ -33,3 +33,36 @@ func Keep(recs []outbox.Record, mark int, parked map[string]outbox.ID, now time.
 	}
 	return n, n == limit
 }
+
+// Pager appends to dst up to limit pending rows of the lane being read with an id above
+// after, in id order (one statement of the dialect).
+type Pager func(dst []outbox.Record, after outbox.ID, limit int) ([]outbox.Record, error)
+
+// Read is the body of every dialect's Store.Head: pages of the lane's pending rows read
+// with page (Limit rows first; larger pages only when parked keys held rows of the last
+// one), cut by Keep at now. dst's storage is reused; on an error the rows kept so far
+// are returned with it.
+func Read(dst []outbox.Record, limit int, parked map[string]outbox.ID, now time.Time, page Pager) ([]outbox.Record, error) {
+	out := dst[:0]
+	size := limit
+	var after outbox.ID
+	for first := true; ; first = false {
+		if !first {
+			size = min(size*2, max(limit, 1024))
+		}
+		mark := len(out)
+		var err error
+		if out, err = page(out, after, size); err != nil {
+			return out[:mark], err
+		}
+		read := len(out) - mark
+		if read > 0 {
+			after = out[len(out)-1].ID
+		}
+		n, stop := Keep(out, mark, parked, now, limit)
+		out = out[:n]
+		if stop || read < size {
+			return out, nil
+		}
+	}
+}
