@@ -218,19 +218,7 @@ func (p *publishPath) rawInsert(ctx context.Context, msgs []*message.Message) er
 		id := outbox.NewID()
 		args = append(args, id[:], m.UUID, nil, destination, headercodec.EncodeMetadata(nil, m.Metadata), []byte(m.Payload), now, now)
 	}
-	tx, err := p.e.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, p.business, "c-42", 1999); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return p.businessTx(ctx, q, args)
 }
 
 // minimalInsert is the minimal row's floor: one multi-row INSERT of (id, topic,
@@ -258,6 +246,12 @@ func (p *publishPath) minimalInsert(ctx context.Context, msgs []*message.Message
 		id := outbox.NewID()
 		args = append(args, id[:], destination, []byte(m.Payload), headercodec.EncodeMetadata(nil, m.Metadata))
 	}
+	return p.businessTx(ctx, q, args)
+}
+
+// businessTx runs the business INSERT and q in one transaction, as the hand-written
+// contenders do.
+func (p *publishPath) businessTx(ctx context.Context, q string, args []any) error {
 	tx, err := p.e.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
