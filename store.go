@@ -78,6 +78,9 @@ type Store interface {
 	// Ordered: only the head of the lane: the leading run, in ID order, of pending rows
 	// that are eligible. A head row that is not due or holds another live claim holds the
 	// whole lane (nothing is returned). Requires c.Lease to be the live lease of c.Lane.
+	// (The forwarder no longer claims lane rows: it reads them with Head under its lease.
+	// Ordered claims, renewals and releases stay in the contract for other consumers of
+	// a lane until v1; a release may drop them.)
 	Claim(ctx context.Context, c ClaimParams, dst []Record) ([]Record, error)
 
 	// Renew extends to until the live claims held by token (all of them, or only ids when
