@@ -81,7 +81,9 @@
 // handlers concurrently. Run (no router) publishes consecutive rows of one transport and
 // topic in one Publish call, which Watermill's publishers send in order (a failed call
 // is published again one message at a time, so that the failure lands on the row that
-// causes it). A head row that is not yet due holds the whole lane: ordering beats
+// causes it). Watermill's in-memory GoChannel keeps that order only with
+// BlockPublishUntilSubscriberAck; without it, it delivers each message in a goroutine of
+// its own. A head row that is not yet due holds the whole lane: ordering beats
 // scheduling, so a row scheduled for later delays the rows written after it in its lane.
 //
 // The guarantee, exactly. Lease expiries are set and compared on one clock, the

@@ -65,7 +65,10 @@ func run(ctx context.Context, dsn, schema string) error {
 		return err
 	}
 
-	events := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
+	// BlockPublishUntilSubscriberAck: GoChannel delivers each message of a Publish
+	// call in a goroutine of its own unless it blocks, which would reorder a key's
+	// messages (a real broker keeps the order of one Publish call).
+	events := gochannel.NewGoChannel(gochannel.Config{Persistent: true, BlockPublishUntilSubscriberAck: true}, logger)
 	defer events.Close()
 	received, err := events.Subscribe(ctx, "orders.placed")
 	if err != nil {
