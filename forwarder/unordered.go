@@ -19,6 +19,7 @@ type uBatch struct {
 	lost    bool        // a renewal found no live claim: emit nothing more of it
 	acked   []outbox.ID // acked rows waiting for the coalesced delete
 	renewAt time.Time   // wall time of the next renewal attempt after an error
+	ids     []outbox.ID // the claimed rows, which renewals name (no index on claim tokens)
 }
 
 type uResult struct {
@@ -144,6 +145,10 @@ func (c *tokenClaimer) emitBatch(b *uBatch, recs []outbox.Record) bool {
 	f := c.f
 	c.batches[b.token] = b
 	b.waiting = len(recs)
+	b.ids = make([]outbox.ID, len(recs))
+	for i := range recs {
+		b.ids[i] = recs[i].ID
+	}
 	for i := range recs {
 		if f.isStopping() {
 			// Shutting down: give the rows not emitted yet back at once.
@@ -314,7 +319,7 @@ func (c *tokenClaimer) renew() {
 			continue
 		}
 		until := now.Add(cfg.ClaimTTL)
-		n, err := f.store.Renew(c.ctx, outbox.RenewParams{Token: b.token, Now: now, Until: until, Lane: outbox.Unordered})
+		n, err := f.store.Renew(c.ctx, outbox.RenewParams{Token: b.token, IDs: b.ids, Now: now, Until: until, Lane: outbox.Unordered})
 		switch {
 		case err != nil:
 			f.logger.Error("Cannot renew claims of unordered rows in flight", err, nil)

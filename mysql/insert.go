@@ -34,6 +34,61 @@ const (
 	defaultMaxPacket = 4 << 20
 )
 
+// Optional columns: an INSERT names one only when a row of its chunk needs it; the
+// others take their defaults (NULL, ” or, for deliver_at, created_at). Every column
+// named costs each row its parsing and conversion on the server: naming only what the
+// rows use made a 1,000-row INSERT about a fifth faster on MariaDB (the benchmarks'
+// README, "A narrower insert").
+const (
+	insLane = 1 << iota
+	insKey
+	insTransport
+	insType
+	insTenant
+	insDeliver
+	insAll = 1<<iota - 1
+)
+
+// rowColumns returns the optional columns r needs.
+func rowColumns(r *outbox.Record) int {
+	c := 0
+	if r.Lane != outbox.Unordered {
+		c |= insLane
+	}
+	if r.OrderingKey != "" {
+		c |= insKey
+	}
+	if r.Transport != "" {
+		c |= insTransport
+	}
+	if r.MessageType != "" {
+		c |= insType
+	}
+	if r.TenantID != "" {
+		c |= insTenant
+	}
+	if !r.DeliverAt.IsZero() && !r.DeliverAt.Equal(r.CreatedAt) {
+		c |= insDeliver
+	}
+	return c
+}
+
+// insertHead is "INSERT INTO table (columns) VALUES " naming the optional columns of
+// cols, in the order appendRow writes them.
+func insertHead(table string, cols int) string {
+	b := []byte("INSERT INTO " + table + " (id, message_uuid")
+	for _, c := range [...]struct {
+		bit  int
+		name string
+	}{{insLane, "lane"}, {insKey, "ordering_key"}, {insTransport, "transport"}, {0, "destination"},
+		{insType, "message_type"}, {0, "headers"}, {0, "body"}, {insTenant, "tenant_id"}, {0, "created_at"}, {insDeliver, "deliver_at"}} {
+		if c.bit == 0 || cols&c.bit != 0 {
+			b = append(b, ", "+c.name...)
+		}
+	}
+	return string(append(b, ") VALUES "...))
+}
+
 // emptyHeaders is the encoding of no headers (version 1, count 0): stored for a record
 // without headers, since the column never holds empty bytes.
 const emptyHeaders = "X'0100000000000000'"
@@ -79,11 +134,9 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 			insertPool.Put(buf)
 		}
 	}()
-	head := len(s.q.insert)
+	head := len(s.q.insert[insAll])
 	for start := 0; start < len(records); {
-		b := append(buf.sql[:0], s.q.insert...)
-		args := buf.args[:0]
-		size, params := head, 0
+		size, params, cols := head, 0, 0
 		end := start
 		for end < len(records) {
 			rowSize := rowEstimate(&records[end])
@@ -92,8 +145,11 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 			}
 			size += rowSize
 			params += argsPerRow
+			cols |= rowColumns(&records[end])
 			end++
 		}
+		b := append(buf.sql[:0], s.q.insert[cols]...)
+		args := buf.args[:0]
 		// A small chunk goes as one text statement with its values inlined as hex
 		// literals: one round trip, where a prepared statement takes two (prepare,
 		// execute) unless the DSN sets interpolateParams.
@@ -105,7 +161,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 			if i > start {
 				b = append(b, ',')
 			}
-			b, args = appendRow(b, args, &records[i], inline)
+			b, args = appendRow(b, args, &records[i], cols, inline)
 		}
 		buf.sql, buf.args = b, args
 		if _, err := tx.ExecContext(ctx, string(b), args...); err != nil {
@@ -125,34 +181,37 @@ func rowEstimate(r *outbox.Record) int {
 	return n + 160 // placeholders, lane, two instants, NULLs, separators
 }
 
-// appendRow appends "(...)" for r (in the column order of queries.insert) and its
-// arguments. Instants and the lane are inlined
-// (the store formats them: digits only); empty optional values are inlined as NULL or
-// an empty string. With inline set every value is inlined, bytes and strings as hex
-// literals (only [0-9a-f] reaches the SQL text, whatever the value holds).
-func appendRow(b []byte, args []any, r *outbox.Record, inline bool) ([]byte, []any) {
+// appendRow appends "(...)" for r (the columns of insertHead(cols), in its order) and
+// its arguments. Instants and the lane are inlined (the store formats them: digits
+// only); empty optional values are inlined as NULL or an empty string. With inline set
+// every value is inlined, bytes and strings as hex literals (only [0-9a-f] reaches the
+// SQL text, whatever the value holds).
+func appendRow(b []byte, args []any, r *outbox.Record, cols int, inline bool) ([]byte, []any) {
 	b = append(b, '(')
 	b, args = appendBytes(b, args, r.ID[:], inline)
 	b = append(b, ',')
 	b, args = appendString(b, args, r.MessageUUID, "''", inline)
-	b = append(b, ',')
-	if r.Lane == outbox.Unordered {
-		b = append(b, "NULL"...)
-	} else {
-		b = strconv.AppendInt(b, int64(r.Lane), 10)
+	if cols&insLane != 0 {
+		if r.Lane == outbox.Unordered {
+			b = append(b, ",NULL"...)
+		} else {
+			b = strconv.AppendInt(append(b, ','), int64(r.Lane), 10)
+		}
 	}
-	b = append(b, ',')
-	if r.OrderingKey == "" {
-		b = append(b, "NULL"...)
-	} else {
-		b, args = appendBytes(b, args, keyArg(r.OrderingKey), inline)
+	if cols&insKey != 0 {
+		if r.OrderingKey == "" {
+			b = append(b, ",NULL"...)
+		} else {
+			b, args = appendBytes(append(b, ','), args, keyArg(r.OrderingKey), inline)
+		}
 	}
-	b = append(b, ',')
-	b, args = appendString(b, args, r.Transport, "''", inline)
-	b = append(b, ',')
-	b, args = appendString(b, args, r.Destination, "''", inline)
-	b = append(b, ',')
-	b, args = appendString(b, args, r.MessageType, "NULL", inline)
+	if cols&insTransport != 0 {
+		b, args = appendString(append(b, ','), args, r.Transport, "''", inline)
+	}
+	b, args = appendString(append(b, ','), args, r.Destination, "''", inline)
+	if cols&insType != 0 {
+		b, args = appendString(append(b, ','), args, r.MessageType, "NULL", inline)
+	}
 	b = append(b, ',')
 	if len(r.Headers) == 0 {
 		b = append(b, emptyHeaders...)
@@ -165,15 +224,18 @@ func appendRow(b []byte, args []any, r *outbox.Record, inline bool) ([]byte, []a
 	} else {
 		b, args = appendBytes(b, args, r.Body, inline)
 	}
-	b = append(b, ',')
-	b, args = appendString(b, args, r.TenantID, "NULL", inline)
+	if cols&insTenant != 0 {
+		b, args = appendString(append(b, ','), args, r.TenantID, "NULL", inline)
+	}
 	b = append(b, ",'"...)
 	b, _ = appendTime(b, r.CreatedAt) // validated
-	b = append(b, "','"...)
-	if r.DeliverAt.IsZero() {
-		b, _ = appendTime(b, r.CreatedAt)
-	} else {
-		b, _ = appendTime(b, r.DeliverAt)
+	if cols&insDeliver != 0 {
+		b = append(b, "','"...)
+		if r.DeliverAt.IsZero() {
+			b, _ = appendTime(b, r.CreatedAt)
+		} else {
+			b, _ = appendTime(b, r.DeliverAt)
+		}
 	}
 	return append(b, "')"...), args
 }

@@ -97,7 +97,7 @@ func TestCreateScript(t *testing.T) {
 		"claim_token      BINARY(16)      NULL",
 		"headers          LONGBLOB        NOT NULL",
 		"KEY ix_status_lane (status, lane, id)",
-		"KEY ix_claim_token (claim_token)",
+		"deliver_at       DATETIME(6)     NOT NULL DEFAULT (created_at)",
 		"CHECK (id <> X'00000000000000000000000000000000')",
 		"CHECK (lane >= 0)",
 		"CHECK (LENGTH(headers) >= 8)",

@@ -35,7 +35,7 @@ type queries struct {
 
 	park, fail, requeue, purge string
 
-	insert                    string // "INSERT INTO ... VALUES "; the rows follow
+	insert                    [insAll + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
 	listParked, listParkedKey string
 
 	leaseAcquire, leaseHeld, leaseRenew string
@@ -120,7 +120,9 @@ func newQueries(n names) *queries {
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) WHERE id = ?`, n.outbox)
 	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'`, n.outbox)
 	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE status = 'parked'`, n.outbox)
-	q.insert = fmt.Sprintf(`INSERT INTO %s (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES `, n.outbox)
+	for cols := range q.insert {
+		q.insert[cols] = insertHead(n.outbox, cols)
+	}
 
 	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)

@@ -119,7 +119,10 @@ func createStatements(n names) []string {
 	//    NULL ORDER BY id, due and claim tests filtered on the way), parked listings
 	//    (status='parked'), and MAX(lane) per status. MySQL has no partial indexes, so
 	//    status leads: the few parked rows never sit among the pending ones.
-	//  - ix_claim_token serves Renew by token without ids.
+	// No index on claim_token: token claims are renewed, completed and released by id
+	// (a Renew or Release by token alone scans the table), and every insert would pay
+	// for it. deliver_at defaults to created_at, so an INSERT of rows due at once
+	// leaves it out (see Insert).
 	outboxTable := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
     id               BINARY(16)      NOT NULL,
     message_uuid     VARCHAR(%[3]d)    NOT NULL DEFAULT '',
@@ -132,7 +135,7 @@ func createStatements(n names) []string {
     body             LONGBLOB        NOT NULL,
     tenant_id        VARCHAR(%[8]d)    NULL,
     created_at       DATETIME(6)     NOT NULL,
-    deliver_at       DATETIME(6)     NOT NULL,
+    deliver_at       DATETIME(6)     NOT NULL DEFAULT (created_at),
     attempts         INT             NOT NULL DEFAULT 0,
     last_error       TEXT            NULL,
     status           VARCHAR(16)     NOT NULL DEFAULT 'pending',
@@ -140,7 +143,6 @@ func createStatements(n names) []string {
     claim_expires_at DATETIME(6)     NULL,
     PRIMARY KEY (id),
     KEY ix_status_lane (status, lane, id),
-    KEY ix_claim_token (claim_token),
     CHECK (id <> %[2]s),
     CHECK (lane >= 0),
     CHECK (LENGTH(headers) >= 8),

@@ -31,7 +31,6 @@ func Example_createScript() {
 	// CREATE INDEX IF NOT EXISTS "orders_outbox_due_ix" ON "messaging"."orders_outbox"
 	// CREATE INDEX IF NOT EXISTS "orders_outbox_parked_ix" ON "messaging"."orders_outbox"
 	// CREATE INDEX IF NOT EXISTS "orders_outbox_parkkey_ix" ON "messaging"."orders_outbox"
-	// CREATE INDEX IF NOT EXISTS "orders_outbox_claim_ix" ON "messaging"."orders_outbox"
 	// CREATE TABLE IF NOT EXISTS "messaging"."orders_outbox_lanes"
 	// CREATE TABLE IF NOT EXISTS "messaging"."orders_outbox_nodes"
 	// CREATE TABLE IF NOT EXISTS "messaging"."orders_inbox"

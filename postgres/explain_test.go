@@ -142,9 +142,10 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		{"ordered claim", s.q.claimLane, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"ordered claim holding parked keys", s.q.claimLaneHold, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"unordered claim", s.q.claimUnordered, suffixDueIx, []any{tok[:], until, now, 100, zero[:]}},
-		{"renew by token", s.q.renew[0], suffixClaimIx, []any{tok[:], now, until}},
-		{"release by token", s.q.release[0], suffixClaimIx, []any{tok[:], now}},
-		{"complete", s.q.complete[0], suffixClaimIx + "|" + suffixOutbox + "_pkey", []any{tok[:], now, [][]byte{zero[:]}}},
+		// Token claims are renewed, released and completed by id (no index on tokens).
+		{"renew by ids", s.q.renew[1], suffixOutbox + "_pkey", []any{tok[:], now, until, [][]byte{zero[:]}}},
+		{"release by ids", s.q.release[1], suffixOutbox + "_pkey", []any{tok[:], now, [][]byte{zero[:]}}},
+		{"complete", s.q.complete[0], suffixOutbox + "_pkey", []any{tok[:], now, [][]byte{zero[:]}}},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			plan := explain(t, ctx, db, mode, st.query, st.args)

@@ -30,12 +30,61 @@ type insertBuf struct {
 	valuesArgs                                     []any // the VALUES statement's
 }
 
-func newInsertBuf() *insertBuf {
-	b := &insertBuf{}
-	// Pointers: boxing a pointer allocates nothing.
-	b.args = []any{&b.ids, &b.uuids, &b.lanes, &b.keys, &b.transports, &b.dests, &b.types,
-		&b.headers, &b.bodies, &b.tenants, &b.created, &b.deliver}
-	return b
+func newInsertBuf() *insertBuf { return &insertBuf{} }
+
+// unnestArgs sets b.args to the arrays of insertUnnest(cols), in its order. Pointers:
+// boxing a pointer allocates nothing.
+func (b *insertBuf) unnestArgs(cols int) []any {
+	b.args = append(b.args[:0], &b.ids, &b.uuids)
+	for _, c := range [...]struct {
+		bit int
+		arg any
+	}{{insLane, &b.lanes}, {insKey, &b.keys}, {insTransport, &b.transports}, {0, &b.dests}, {insType, &b.types},
+		{0, &b.headers}, {0, &b.bodies}, {insTenant, &b.tenants}, {0, &b.created}, {insDeliver, &b.deliver}} {
+		if c.bit == 0 || cols&c.bit != 0 {
+			b.args = append(b.args, c.arg)
+		}
+	}
+	return b.args
+}
+
+// Optional columns: the unnest INSERT sends an array only when a row of the batch
+// needs it (the others take their defaults, and deliver_at is created_at); each array
+// sent costs the server its decoding and a per-row projection. Sending only what the
+// rows use made a 1,000-row INSERT about a sixth faster (the benchmarks' README, "A
+// narrower insert").
+const (
+	insLane = 1 << iota
+	insKey
+	insTransport
+	insType
+	insTenant
+	insDeliver
+	insAll = 1<<iota - 1
+)
+
+// insertColumns returns the optional columns r needs.
+func insertColumns(r *outbox.Record) int {
+	c := 0
+	if r.Lane != outbox.Unordered {
+		c |= insLane
+	}
+	if r.OrderingKey != "" {
+		c |= insKey
+	}
+	if r.Transport != "" {
+		c |= insTransport
+	}
+	if r.MessageType != "" {
+		c |= insType
+	}
+	if r.TenantID != "" {
+		c |= insTenant
+	}
+	if !r.DeliverAt.IsZero() && !r.DeliverAt.Equal(r.CreatedAt) {
+		c |= insDeliver
+	}
+	return c
 }
 
 // reset empties the buffers and drops the references to the caller's records.
@@ -174,6 +223,13 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	if b == nil {
 		b = newInsertBuf()
 	}
+	cols := insAll // the VALUES statement names every column
+	if len(records) > valuesMaxRows {
+		cols = 0
+		for i := range records {
+			cols |= insertColumns(&records[i])
+		}
+	}
 	for i := range records {
 		r := &records[i]
 		body := r.Body
@@ -186,16 +242,28 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		}
 		b.ids.add(r.ID[:])
 		b.uuids.add(textElem(r.MessageUUID))
-		b.lanes.add(int4Elem(r.Lane)) // Unordered (-1) becomes NULL in SQL
-		b.keys.add(textElem(r.OrderingKey))
-		b.transports.add(textElem(r.Transport))
 		b.dests.add(textElem(r.Destination))
-		b.types.add(textElem(r.MessageType))
 		b.headers.add(r.Headers)
 		b.bodies.add(body)
-		b.tenants.add(textElem(r.TenantID))
 		b.created.add(timeElem(r.CreatedAt))
-		b.deliver.add(timeElem(deliver))
+		if cols&insLane != 0 {
+			b.lanes.add(int4Elem(r.Lane)) // Unordered (-1) becomes NULL in SQL
+		}
+		if cols&insKey != 0 {
+			b.keys.add(textElem(r.OrderingKey))
+		}
+		if cols&insTransport != 0 {
+			b.transports.add(textElem(r.Transport))
+		}
+		if cols&insType != 0 {
+			b.types.add(textElem(r.MessageType))
+		}
+		if cols&insTenant != 0 {
+			b.tenants.add(textElem(r.TenantID))
+		}
+		if cols&insDeliver != 0 {
+			b.deliver.add(timeElem(deliver))
+		}
 	}
 	var err error
 	if n := len(records); n <= valuesMaxRows {
@@ -211,7 +279,8 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		clear(args)
 		b.valuesArgs = args[:0]
 	} else {
-		_, err = tx.ExecContext(ctx, s.q.insert, b.args...)
+		_, err = tx.ExecContext(ctx, s.q.insert[cols], b.unnestArgs(cols)...)
+		clear(b.args)
 	}
 	b.reset()
 	if cap(b.ids.elems) <= maxPooledRows {

@@ -49,7 +49,7 @@ func (p *params) next() string { p.n++; return fmt.Sprintf("$%d", p.n) }
 type queries struct {
 	n names
 
-	insert       string
+	insert       [insAll + 1]string        // unnest, by optional-column set
 	insertValues [valuesMaxRows + 1]string // by row count
 
 	readLane, readUnordered string
@@ -101,13 +101,11 @@ func newQueries(n names) *queries {
 
 	// One statement for any batch size: one array per column, unnested server-side.
 	// Empty strings and the Unordered lane become NULLs here so the client binds plain
-	// slices (no per-row wrappers).
-	q.insert = `INSERT INTO ` + t + ` (id, message_uuid, lane, ordering_key, transport, destination, message_type, ` +
-		`headers, body, tenant_id, created_at, deliver_at) ` +
-		`SELECT u.id, u.mu, NULLIF(u.lane, -1), NULLIF(u.ok, ''), u.tr, u.dst, NULLIF(u.mt, ''), u.h, u.b, NULLIF(u.tn, ''), u.ca, u.da ` +
-		`FROM unnest($1::bytea[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[], $7::text[], ` +
-		`$8::bytea[], $9::bytea[], $10::text[], $11::timestamptz[], $12::timestamptz[]) ` +
-		`AS u(id, mu, lane, ok, tr, dst, mt, h, b, tn, ca, da)`
+	// slices (no per-row wrappers). One statement per set of optional columns: a
+	// column no row of the batch uses is not sent (see insertColumns).
+	for cols := range q.insert {
+		q.insert[cols] = insertUnnest(t, cols)
+	}
 
 	for n := 1; n <= valuesMaxRows; n++ {
 		var b strings.Builder
@@ -323,4 +321,37 @@ func (q *queries) buildFail(fenced bool) string {
 		s += ` AND lane = $7 AND ` + q.liveLease("$7", "$8")
 	}
 	return s
+}
+
+// insertUnnest is the unnest INSERT naming the optional columns of cols; deliver_at
+// is created_at when the batch sends no deliver_at array.
+func insertUnnest(t string, cols int) string {
+	var names, sel, arrays, alias []string
+	add := func(bit int, name, expr, typ, a string) {
+		if bit != 0 && cols&bit == 0 {
+			return
+		}
+		names = append(names, name)
+		sel = append(sel, expr)
+		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", len(arrays)+1, typ))
+		alias = append(alias, a)
+	}
+	add(0, "id", "u.id", "bytea", "id")
+	add(0, "message_uuid", "u.mu", "text", "mu")
+	add(insLane, "lane", "NULLIF(u.lane, -1)", "int4", "lane")
+	add(insKey, "ordering_key", "NULLIF(u.ok, '')", "text", "ok")
+	add(insTransport, "transport", "u.tr", "text", "tr")
+	add(0, "destination", "u.dst", "text", "dst")
+	add(insType, "message_type", "NULLIF(u.mt, '')", "text", "mt")
+	add(0, "headers", "u.h", "bytea", "h")
+	add(0, "body", "u.b", "bytea", "b")
+	add(insTenant, "tenant_id", "NULLIF(u.tn, '')", "text", "tn")
+	add(0, "created_at", "u.ca", "timestamptz", "ca")
+	add(insDeliver, "deliver_at", "u.da", "timestamptz", "da")
+	if cols&insDeliver == 0 {
+		names = append(names, "deliver_at")
+		sel = append(sel, "u.ca")
+	}
+	return `INSERT INTO ` + t + ` (` + strings.Join(names, ", ") + `) SELECT ` + strings.Join(sel, ", ") +
+		` FROM unnest(` + strings.Join(arrays, ", ") + `) AS u(` + strings.Join(alias, ", ") + `)`
 }
