@@ -45,7 +45,9 @@ type FinishParams struct {
 // LockedBatch is an open transaction holding the locks of some unordered rows.
 // It is not safe for concurrent use.
 type LockedBatch interface {
-	// Records returns the locked rows in ID order (Record.Corrupt set as by Read).
+	// Records returns the locked rows in ID order (Record.Corrupt set as by Read). The
+	// records and their Headers and Body belong to the caller: the batch never reuses
+	// or changes them.
 	Records() []Record
 	// Finish deletes the rows listed in p.Done, records the failures of p.Failed
 	// (attempts+1, error text, DeliverAt moved to RetryAt when after the failure's Now,

@@ -519,18 +519,18 @@ func (f *Forwarder) invalidReason(rec *outbox.Record) string {
 	return ""
 }
 
-// buildMessage turns a claimed row into the message to emit; the payload is copied (the
-// store may reuse the record's buffers). An error means the headers cannot be decoded.
-func (f *Forwarder) buildMessage(rec *outbox.Record) (*message.Message, *delivery, error) {
-	md, err := headercodec.DecodeMetadata(rec.Headers)
-	if err != nil {
-		return nil, nil, fmt.Errorf("forwarder: row %s: corrupt headers: %w", rec.ID, err)
+// buildMessage turns a claimed row into the message to emit. The payload is copied
+// unless owned says the record's buffers are the caller's to keep (the store may reuse
+// them otherwise). An error means the headers cannot be decoded.
+func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool) (*message.Message, *delivery, error) {
+	payload := rec.Body
+	if !owned {
+		payload = make([]byte, len(rec.Body))
+		copy(payload, rec.Body)
 	}
-	payload := make([]byte, len(rec.Body))
-	copy(payload, rec.Body)
 	msg := message.NewMessage(rec.MessageUUID, payload)
-	if md != nil {
-		msg.Metadata = md
+	if err := headercodec.DecodeMetadataInto(msg.Metadata, rec.Headers); err != nil {
+		return nil, nil, fmt.Errorf("forwarder: row %s: corrupt headers: %w", rec.ID, err)
 	}
 	d := &delivery{row: Row{
 		ID: rec.ID, Lane: rec.Lane, OrderingKey: rec.OrderingKey, Transport: rec.Transport,

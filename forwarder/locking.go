@@ -173,7 +173,9 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, 
 		if f.isStopping() || time.Now().After(ob.deadline) {
 			break // rows not emitted stay unchanged: the commit releases them
 		}
-		msg, d, reason := f.prepare(&recs[i])
+		// A locked batch's records are the caller's (outbox.LockedBatch.Records): the
+		// payload is taken, not copied.
+		msg, d, reason := f.prepareRow(&recs[i], true)
 		if reason != "" {
 			// Parked in the batch's transaction; counted and logged once it commits.
 			ob.failed = append(ob.failed, outbox.FailParams{ID: recs[i].ID, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered})

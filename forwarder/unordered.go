@@ -337,10 +337,16 @@ func (c *tokenClaimer) renew() {
 
 // prepare builds the message of a claimed row, or says why the row cannot be sent.
 func (f *Forwarder) prepare(rec *outbox.Record) (*message.Message, *delivery, string) {
+	return f.prepareRow(rec, false)
+}
+
+// prepareRow is prepare; owned says the record's buffers are the caller's to keep (the
+// payload is not copied).
+func (f *Forwarder) prepareRow(rec *outbox.Record, owned bool) (*message.Message, *delivery, string) {
 	if reason := f.invalidReason(rec); reason != "" {
 		return nil, nil, reason
 	}
-	msg, d, err := f.buildMessage(rec)
+	msg, d, err := f.buildMessage(rec, owned)
 	if err != nil {
 		return nil, nil, err.Error()
 	}

@@ -11,7 +11,8 @@ import (
 
 // FuzzDecode: arbitrary bytes never panic; what decodes re-encodes to the same bytes (the
 // format has exactly one encoding per header list), and Validate, Decode and
-// DecodeMetadata agree on whether the input is valid.
+// DecodeMetadata agree on whether the input is valid; DecodeMetadataInto adds what
+// DecodeMetadata returns to a map and leaves it unchanged on an invalid input.
 func FuzzDecode(f *testing.F) {
 	for _, g := range golden {
 		f.Add(unhex(f, g.hex))
@@ -25,6 +26,31 @@ func FuzzDecode(f *testing.F) {
 		hs, err := headercodec.Decode(src, nil)
 		verr := headercodec.Validate(src)
 		md, merr := headercodec.DecodeMetadata(src)
+		into := map[string]string{"kept": "yes"}
+		ierr := headercodec.DecodeMetadataInto(into, src)
+		if (ierr == nil) != (merr == nil) {
+			t.Fatalf("DecodeMetadataInto error %v but DecodeMetadata %v", ierr, merr)
+		}
+		if ierr != nil && len(into) != 1 {
+			t.Fatal("a failed DecodeMetadataInto changed the map")
+		}
+		if ierr == nil {
+			if _, ok := md["kept"]; !ok && into["kept"] != "yes" {
+				t.Fatal("DecodeMetadataInto lost an existing entry")
+			}
+			delete(into, "kept")
+			if _, ok := md["kept"]; ok {
+				into["kept"] = md["kept"]
+			}
+			if len(into) != len(md) {
+				t.Fatalf("DecodeMetadataInto added %d names, DecodeMetadata has %d", len(into), len(md))
+			}
+			for k, v := range md {
+				if into[k] != v {
+					t.Fatalf("DecodeMetadataInto[%q] = %q, DecodeMetadata %q", k, into[k], v)
+				}
+			}
+		}
 		if !bytes.Equal(src, orig) {
 			t.Fatal("decoding modified its input")
 		}

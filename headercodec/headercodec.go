@@ -219,8 +219,28 @@ func DecodeMetadata(src []byte) (message.Metadata, error) {
 	if err := Validate(src); err != nil {
 		return nil, err
 	}
+	md := make(message.Metadata, binary.LittleEndian.Uint32(src[4:]))
+	decodeInto(md, src)
+	return md, nil
+}
+
+// DecodeMetadataInto decodes src into md (a message's own Metadata, say, which saves
+// the new map), as DecodeMetadata does: the last of duplicate names wins, and names and
+// values are substrings of one copy of src. An invalid src leaves md unchanged.
+func DecodeMetadataInto(md message.Metadata, src []byte) error {
+	if err := Validate(src); err != nil {
+		return err
+	}
+	decodeInto(md, src)
+	return nil
+}
+
+// decodeInto adds the entries of src, already validated, to md.
+func decodeInto(md message.Metadata, src []byte) {
 	count := int(binary.LittleEndian.Uint32(src[4:]))
-	md := make(message.Metadata, count)
+	if count == 0 {
+		return
+	}
 	all := string(src)
 	for off, i := prefixLen, 0; i < count; i++ {
 		n := int(binary.LittleEndian.Uint32(src[off:]))
@@ -230,5 +250,4 @@ func DecodeMetadata(src []byte) (message.Metadata, error) {
 		md[name] = all[off+4 : off+4+n]
 		off += 4 + n
 	}
-	return md, nil
 }

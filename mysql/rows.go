@@ -11,9 +11,13 @@ import (
 
 // recordColumns is the select list of a whole row, in the order rowScanner reads it.
 // Instants are cast to text so that the DSN's parseTime and loc cannot change them.
-const recordColumns = `id, message_uuid, lane, ordering_key, transport, destination, message_type, ` +
-	`headers, body, tenant_id, CAST(created_at AS CHAR), CAST(deliver_at AS CHAR), attempts, ` +
-	`last_error, status, claim_token, CAST(claim_expires_at AS CHAR)`
+// Columns that usually hold their default (transport ”, deliver_at = created_at,
+// status 'pending') are read as NULL when they do, and the scanner restores the
+// default: the driver boxes every non-NULL text value into an interface (one allocation
+// per column and row), and a NULL costs nothing.
+const recordColumns = `id, message_uuid, lane, ordering_key, NULLIF(transport, ''), destination, message_type, ` +
+	`headers, body, tenant_id, CAST(created_at AS CHAR), CAST(NULLIF(deliver_at, created_at) AS CHAR), attempts, ` +
+	`last_error, NULLIF(status, 'pending'), claim_token, CAST(claim_expires_at AS CHAR)`
 
 const (
 	colID = iota
@@ -96,8 +100,11 @@ func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	if r.CreatedAt, err = parseTime(raw[colCreatedAt]); err != nil {
 		return err
 	}
-	if r.DeliverAt, err = parseTime(raw[colDeliverAt]); err != nil {
-		return err
+	r.DeliverAt = r.CreatedAt // NULL: deliver_at = created_at
+	if raw[colDeliverAt] != nil {
+		if r.DeliverAt, err = parseTime(raw[colDeliverAt]); err != nil {
+			return err
+		}
 	}
 	attempts, err := parseInt(raw[colAttempts])
 	if err != nil {
@@ -106,7 +113,7 @@ func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	r.Attempts = int(attempts)
 	setString(&r.LastError, raw[colLastError])
 	switch string(raw[colStatus]) {
-	case string(outbox.StatusPending):
+	case "", string(outbox.StatusPending): // NULL: pending
 		r.Status = outbox.StatusPending
 	case string(outbox.StatusParked):
 		r.Status = outbox.StatusParked

@@ -7,18 +7,22 @@ import (
 
 // All of the dialect's SQL is built here, once per Store, from the quoted names.
 
-// selectColumns is the column list every read, claim and listing returns; scanRecord
-// scans it in this order.
-const selectColumns = `id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, ` +
-	`tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at`
+// selectColumns is the column list every read, claim and listing returns; the
+// rowScanner scans it in this order. Columns that usually hold their default (transport
+// ”, deliver_at = created_at, status 'pending') are read as NULL when they do, and the
+// scanner restores the default: database/sql's driver values box every non-NULL text,
+// bytea and timestamptz value (an allocation per column and row), and a NULL costs
+// nothing.
+var selectColumns = prefixed("")
 
-// prefixed returns selectColumns with every column qualified by alias.
+// prefixed returns the select list with every column qualified by alias ("" for none).
 func prefixed(alias string) string {
-	cols := strings.Split(selectColumns, ", ")
-	for i := range cols {
-		cols[i] = alias + "." + cols[i]
+	if alias != "" {
+		alias += "."
 	}
-	return strings.Join(cols, ", ")
+	return strings.ReplaceAll(`$.id, $.message_uuid, $.lane, $.ordering_key, NULLIF($.transport, ''), $.destination, `+
+		`$.message_type, $.headers, $.body, $.tenant_id, $.created_at, NULLIF($.deliver_at, $.created_at), $.attempts, `+
+		`$.last_error, NULLIF($.status, 'pending'), $.claim_token, $.claim_expires_at`, "$.", alias)
 }
 
 // eligible is the eligibility rule over alias with the instant in parameter now.

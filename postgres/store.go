@@ -650,10 +650,20 @@ func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	}
 	r.TenantID = sc.tenant.String
 	r.CreatedAt = sc.created.Time.UTC()
-	r.DeliverAt = sc.deliver.Time.UTC()
+	r.DeliverAt = r.CreatedAt // NULL: deliver_at = created_at
+	if sc.deliver.Valid {
+		r.DeliverAt = sc.deliver.Time.UTC()
+	}
 	r.Attempts = int(sc.attempts)
 	r.LastError = sc.lastErr.String
-	r.Status = outbox.Status(sc.st.String)
+	switch {
+	case !sc.st.Valid: // NULL: pending
+		r.Status = outbox.StatusPending
+	case sc.st.String == string(outbox.StatusParked):
+		r.Status = outbox.StatusParked
+	default:
+		r.Status = outbox.Status(sc.st.String)
+	}
 	r.ClaimToken = outbox.Token{}
 	copy(r.ClaimToken[:], sc.token)
 	r.ClaimExpiresAt = time.Time{}
