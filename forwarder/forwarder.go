@@ -519,10 +519,11 @@ func (f *Forwarder) invalidReason(rec *outbox.Record) string {
 	return ""
 }
 
-// buildMessage turns a claimed row into the message to emit. The payload is copied
-// unless owned says the record's buffers are the caller's to keep (the store may reuse
-// them otherwise). An error means the headers cannot be decoded.
-func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool) (*message.Message, *delivery, error) {
+// buildMessage turns a claimed row into the message to emit, its delivery in d (nil:
+// a new one). The payload is copied unless owned says the record's buffers are the
+// caller's to keep (the store may reuse them otherwise). An error means the headers
+// cannot be decoded.
+func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool, d *delivery) (*message.Message, *delivery, error) {
 	payload := rec.Body
 	if !owned {
 		payload = make([]byte, len(rec.Body))
@@ -532,11 +533,14 @@ func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool) (*message.Messa
 	if err := headercodec.DecodeMetadataInto(msg.Metadata, rec.Headers); err != nil {
 		return nil, nil, fmt.Errorf("forwarder: row %s: corrupt headers: %w", rec.ID, err)
 	}
-	d := &delivery{row: Row{
+	if d == nil {
+		d = new(delivery)
+	}
+	d.row = Row{
 		ID: rec.ID, Lane: rec.Lane, OrderingKey: rec.OrderingKey, Transport: rec.Transport,
 		Destination: rec.Destination, MessageType: rec.MessageType, TenantID: rec.TenantID,
 		Attempts: rec.Attempts, CreatedAt: rec.CreatedAt, DeliverAt: rec.DeliverAt,
-	}}
+	}
 	// The row travels as outbox.ContextWithForwarded, which publisher.Middleware
 	// recognises (it opens no transaction for a forwarded message).
 	msg.SetContext(outbox.ContextWithForwarded(f.baseCtx, d))

@@ -169,13 +169,14 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, 
 	ob := &openBatch{lb: lb, rows: len(recs), deadline: time.Now().Add(cfg.ClaimTTL),
 		sent: make([]emitted, 0, len(recs)), done: make([]outbox.ID, 0, len(recs))}
 	counters := &f.counters[0]
+	ds := make([]delivery, len(recs)) // one allocation for the batch's deliveries
 	for i := range recs {
 		if f.isStopping() || time.Now().After(ob.deadline) {
 			break // rows not emitted stay unchanged: the commit releases them
 		}
 		// A locked batch's records are the caller's (outbox.LockedBatch.Records): the
 		// payload is taken, not copied.
-		msg, d, reason := f.prepareRow(&recs[i], true)
+		msg, d, reason := f.prepareRow(&recs[i], true, &ds[i])
 		if reason != "" {
 			// Parked in the batch's transaction; counted and logged once it commits.
 			ob.failed = append(ob.failed, outbox.FailParams{ID: recs[i].ID, Now: f.now(), Error: reason, Park: true, Lane: outbox.Unordered})

@@ -337,16 +337,15 @@ func (c *tokenClaimer) renew() {
 
 // prepare builds the message of a claimed row, or says why the row cannot be sent.
 func (f *Forwarder) prepare(rec *outbox.Record) (*message.Message, *delivery, string) {
-	return f.prepareRow(rec, false)
+	return f.prepareRow(rec, false, nil)
 }
 
-// prepareRow is prepare; owned says the record's buffers are the caller's to keep (the
-// payload is not copied).
-func (f *Forwarder) prepareRow(rec *outbox.Record, owned bool) (*message.Message, *delivery, string) {
+// prepareRow is prepare with buildMessage's owned and d.
+func (f *Forwarder) prepareRow(rec *outbox.Record, owned bool, d *delivery) (*message.Message, *delivery, string) {
 	if reason := f.invalidReason(rec); reason != "" {
 		return nil, nil, reason
 	}
-	msg, d, err := f.buildMessage(rec, owned)
+	msg, d, err := f.buildMessage(rec, owned, d)
 	if err != nil {
 		return nil, nil, err.Error()
 	}

@@ -36,7 +36,12 @@
 // MySQL has no partial indexes, so one index (status, lane, id) serves both hot reads:
 // the head of a lane (status='pending' AND lane=? ORDER BY id) and unordered due rows
 // (lane IS NULL), in id order without a sort; parked rows sit in their own status range.
-// A second index on claim_token serves renewals by token. TestExplain shows the plans
+// There is no index on claim_token: the forwarder renews, completes and releases
+// token claims by id, and every insert would pay for one (a Renew or Release by token
+// alone scans the table). deliver_at defaults to created_at, so an INSERT names it only
+// for scheduled rows, and it names the optional columns (lane, ordering_key, transport,
+// message_type, tenant_id) only when a row of the statement uses them: each column
+// named costs every row its parsing on the server. TestExplain shows the plans
 // over 100,000 rows (range/ref on ix_status_lane, no filesort, ~100 index reads for a
 // 100-row read). Oracle MySQL's optimizer walks the primary key for the unordered reads
 // where MariaDB takes ix_status_lane, so those statements say FORCE INDEX

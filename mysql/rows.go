@@ -7,6 +7,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/sqlrows"
 )
 
 // recordColumns is the select list of a whole row, in the order rowScanner reads it.
@@ -45,6 +46,8 @@ const (
 type rowScanner struct {
 	raw  [numRecordColumns]sql.RawBytes
 	dest [numRecordColumns]any
+	// the previous row's destination
+	destination string
 }
 
 var scannerPool = sync.Pool{New: func() any {
@@ -91,10 +94,13 @@ func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	}
 	setString(&r.OrderingKey, raw[colOrderingKey])
 	setString(&r.Transport, raw[colTransport])
-	setString(&r.Destination, raw[colDestination])
+	// The rows of one read mostly share a topic: one string for them.
+	if s.destination != string(raw[colDestination]) {
+		s.destination = string(raw[colDestination])
+	}
+	r.Destination = s.destination
 	setString(&r.MessageType, raw[colMessageType])
-	r.Headers = append(r.Headers[:0], raw[colHeaders]...)
-	r.Body = append(r.Body[:0], raw[colBody]...)
+	sqlrows.CopyBytes(r, raw[colHeaders], raw[colBody])
 	setString(&r.TenantID, raw[colTenantID])
 	var err error
 	if r.CreatedAt, err = parseTime(raw[colCreatedAt]); err != nil {

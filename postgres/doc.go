@@ -47,8 +47,12 @@
 //
 // Insert writes a whole batch inside the caller's transaction in one statement and one
 // round trip, whatever the batch size (1 or 10,000 rows): a VALUES list up to 16 rows,
-// INSERT ... SELECT FROM unnest of one array per column above. COPY is not used:
-// database/sql exposes no raw connection for a *sql.Tx, and it measured no faster.
+// INSERT ... SELECT FROM unnest of one array per column above, where a column no row of
+// the batch uses (lane, ordering_key, transport, message_type, tenant_id, a deliver_at
+// other than created_at) sends no array. COPY is not used: database/sql exposes no raw
+// connection for a *sql.Tx, and it measured no faster. No index covers claim_token:
+// the forwarder renews, completes and releases token claims by id (a Renew or Release
+// by token alone scans the table), and a claim UPDATE then stays a HOT update.
 //
 // Every other operation (claims, renewals, completions, leases, ...) runs in autocommit
 // on the pool. Claims take rows with one UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR

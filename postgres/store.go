@@ -643,11 +643,7 @@ func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	r.Transport = sc.transport.String
 	r.Destination = sc.dest.String
 	r.MessageType = sc.typ.String
-	r.Headers = append(r.Headers[:0], sc.headers...)
-	r.Body = append(r.Body[:0], sc.body...)
-	if r.Body == nil {
-		r.Body = []byte{}
-	}
+	sqlrows.CopyBytes(r, sc.headers, sc.body)
 	r.TenantID = sc.tenant.String
 	r.CreatedAt = sc.created.Time.UTC()
 	r.DeliverAt = r.CreatedAt // NULL: deliver_at = created_at

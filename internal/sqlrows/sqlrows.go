@@ -73,3 +73,19 @@ func Append[T any](rows *sql.Rows, dst []T, limit int, scan func(rows *sql.Rows,
 	}
 	return dst, Close(rows)
 }
+
+// CopyBytes copies headers and body into r.Headers and r.Body, reusing their storage
+// when it is large enough (a record read again into the same slice), else with one
+// allocation for both: a fresh record costs one allocation, not two.
+func CopyBytes(r *outbox.Record, headers, body []byte) {
+	if cap(r.Headers) >= len(headers) && cap(r.Body) >= len(body) && r.Body != nil {
+		r.Headers = append(r.Headers[:0], headers...)
+		r.Body = append(r.Body[:0], body...)
+		return
+	}
+	buf := make([]byte, len(headers)+len(body))
+	n := copy(buf, headers)
+	r.Headers = buf[:n:n] // an append to Headers never runs into Body
+	r.Body = buf[n:]
+	copy(r.Body, body)
+}
