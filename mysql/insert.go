@@ -12,6 +12,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/inscols"
 )
 
 const (
@@ -34,45 +35,6 @@ const (
 	defaultMaxPacket = 4 << 20
 )
 
-// Optional columns: an INSERT names one only when a row of its chunk needs it; the
-// others take their defaults (NULL, ” or, for deliver_at, created_at). Every column
-// named costs each row its parsing and conversion on the server: naming only what the
-// rows use made a 1,000-row INSERT about a fifth faster on MariaDB (the benchmarks'
-// README, "A narrower insert").
-const (
-	insLane = 1 << iota
-	insKey
-	insTransport
-	insType
-	insTenant
-	insDeliver
-	insAll = 1<<iota - 1
-)
-
-// rowColumns returns the optional columns r needs.
-func rowColumns(r *outbox.Record) int {
-	c := 0
-	if r.Lane != outbox.Unordered {
-		c |= insLane
-	}
-	if r.OrderingKey != "" {
-		c |= insKey
-	}
-	if r.Transport != "" {
-		c |= insTransport
-	}
-	if r.MessageType != "" {
-		c |= insType
-	}
-	if r.TenantID != "" {
-		c |= insTenant
-	}
-	if !r.DeliverAt.IsZero() && !r.DeliverAt.Equal(r.CreatedAt) {
-		c |= insDeliver
-	}
-	return c
-}
-
 // insertHead is "INSERT INTO table (columns) VALUES " naming the optional columns of
 // cols, in the order appendRow writes them.
 func insertHead(table string, cols int) string {
@@ -80,8 +42,8 @@ func insertHead(table string, cols int) string {
 	for _, c := range [...]struct {
 		bit  int
 		name string
-	}{{insLane, "lane"}, {insKey, "ordering_key"}, {insTransport, "transport"}, {0, "destination"},
-		{insType, "message_type"}, {0, "headers"}, {0, "body"}, {insTenant, "tenant_id"}, {0, "created_at"}, {insDeliver, "deliver_at"}} {
+	}{{inscols.Lane, "lane"}, {inscols.Key, "ordering_key"}, {inscols.Transport, "transport"}, {0, "destination"},
+		{inscols.Type, "message_type"}, {0, "headers"}, {0, "body"}, {inscols.Tenant, "tenant_id"}, {0, "created_at"}, {inscols.Deliver, "deliver_at"}} {
 		if c.bit == 0 || cols&c.bit != 0 {
 			b = append(b, ", "+c.name...)
 		}
@@ -134,7 +96,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 			insertPool.Put(buf)
 		}
 	}()
-	head := len(s.q.insert[insAll])
+	head := len(s.q.insert[inscols.All])
 	for start := 0; start < len(records); {
 		size, params, cols := head, 0, 0
 		end := start
@@ -145,7 +107,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 			}
 			size += rowSize
 			params += argsPerRow
-			cols |= rowColumns(&records[end])
+			cols |= inscols.Of(&records[end])
 			end++
 		}
 		b := append(buf.sql[:0], s.q.insert[cols]...)
@@ -191,25 +153,25 @@ func appendRow(b []byte, args []any, r *outbox.Record, cols int, inline bool) ([
 	b, args = appendBytes(b, args, r.ID[:], inline)
 	b = append(b, ',')
 	b, args = appendString(b, args, r.MessageUUID, "''", inline)
-	if cols&insLane != 0 {
+	if cols&inscols.Lane != 0 {
 		if r.Lane == outbox.Unordered {
 			b = append(b, ",NULL"...)
 		} else {
 			b = strconv.AppendInt(append(b, ','), int64(r.Lane), 10)
 		}
 	}
-	if cols&insKey != 0 {
+	if cols&inscols.Key != 0 {
 		if r.OrderingKey == "" {
 			b = append(b, ",NULL"...)
 		} else {
 			b, args = appendBytes(append(b, ','), args, keyArg(r.OrderingKey), inline)
 		}
 	}
-	if cols&insTransport != 0 {
+	if cols&inscols.Transport != 0 {
 		b, args = appendString(append(b, ','), args, r.Transport, "''", inline)
 	}
 	b, args = appendString(append(b, ','), args, r.Destination, "''", inline)
-	if cols&insType != 0 {
+	if cols&inscols.Type != 0 {
 		b, args = appendString(append(b, ','), args, r.MessageType, "NULL", inline)
 	}
 	b = append(b, ',')
@@ -224,12 +186,12 @@ func appendRow(b []byte, args []any, r *outbox.Record, cols int, inline bool) ([
 	} else {
 		b, args = appendBytes(b, args, r.Body, inline)
 	}
-	if cols&insTenant != 0 {
+	if cols&inscols.Tenant != 0 {
 		b, args = appendString(append(b, ','), args, r.TenantID, "NULL", inline)
 	}
 	b = append(b, ",'"...)
 	b, _ = appendTime(b, r.CreatedAt) // validated
-	if cols&insDeliver != 0 {
+	if cols&inscols.Deliver != 0 {
 		b = append(b, "','"...)
 		if r.DeliverAt.IsZero() {
 			b, _ = appendTime(b, r.CreatedAt)

@@ -1,6 +1,10 @@
 package mysql
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/relayer-go/watermill-outbox/internal/inscols"
+)
 
 // queries is every fixed statement of one outbox, built once from its quoted names.
 // Statements whose shape depends on the call (id lists, optional filters, inserts) are
@@ -35,7 +39,7 @@ type queries struct {
 
 	park, fail, requeue, purge string
 
-	insert                    [insAll + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
+	insert                    [inscols.All + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
 	listParked, listParkedKey string
 
 	leaseAcquire, leaseHeld, leaseRenew string

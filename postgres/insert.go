@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/internal/inscols"
 )
 
 // insertBuf holds one array per column of the unnest INSERT; the VALUES INSERT of small
@@ -39,52 +40,13 @@ func (b *insertBuf) unnestArgs(cols int) []any {
 	for _, c := range [...]struct {
 		bit int
 		arg any
-	}{{insLane, &b.lanes}, {insKey, &b.keys}, {insTransport, &b.transports}, {0, &b.dests}, {insType, &b.types},
-		{0, &b.headers}, {0, &b.bodies}, {insTenant, &b.tenants}, {0, &b.created}, {insDeliver, &b.deliver}} {
+	}{{inscols.Lane, &b.lanes}, {inscols.Key, &b.keys}, {inscols.Transport, &b.transports}, {0, &b.dests}, {inscols.Type, &b.types},
+		{0, &b.headers}, {0, &b.bodies}, {inscols.Tenant, &b.tenants}, {0, &b.created}, {inscols.Deliver, &b.deliver}} {
 		if c.bit == 0 || cols&c.bit != 0 {
 			b.args = append(b.args, c.arg)
 		}
 	}
 	return b.args
-}
-
-// Optional columns: the unnest INSERT sends an array only when a row of the batch
-// needs it (the others take their defaults, and deliver_at is created_at); each array
-// sent costs the server its decoding and a per-row projection. Sending only what the
-// rows use made a 1,000-row INSERT about a sixth faster (the benchmarks' README, "A
-// narrower insert").
-const (
-	insLane = 1 << iota
-	insKey
-	insTransport
-	insType
-	insTenant
-	insDeliver
-	insAll = 1<<iota - 1
-)
-
-// insertColumns returns the optional columns r needs.
-func insertColumns(r *outbox.Record) int {
-	c := 0
-	if r.Lane != outbox.Unordered {
-		c |= insLane
-	}
-	if r.OrderingKey != "" {
-		c |= insKey
-	}
-	if r.Transport != "" {
-		c |= insTransport
-	}
-	if r.MessageType != "" {
-		c |= insType
-	}
-	if r.TenantID != "" {
-		c |= insTenant
-	}
-	if !r.DeliverAt.IsZero() && !r.DeliverAt.Equal(r.CreatedAt) {
-		c |= insDeliver
-	}
-	return c
 }
 
 // reset empties the buffers and drops the references to the caller's records.
@@ -223,11 +185,11 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	if b == nil {
 		b = newInsertBuf()
 	}
-	cols := insAll // the VALUES statement names every column
+	cols := inscols.All // the VALUES statement names every column
 	if len(records) > valuesMaxRows {
 		cols = 0
 		for i := range records {
-			cols |= insertColumns(&records[i])
+			cols |= inscols.Of(&records[i])
 		}
 	}
 	for i := range records {
@@ -246,22 +208,22 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		b.headers.add(r.Headers)
 		b.bodies.add(body)
 		b.created.add(timeElem(r.CreatedAt))
-		if cols&insLane != 0 {
+		if cols&inscols.Lane != 0 {
 			b.lanes.add(int4Elem(r.Lane)) // Unordered (-1) becomes NULL in SQL
 		}
-		if cols&insKey != 0 {
+		if cols&inscols.Key != 0 {
 			b.keys.add(textElem(r.OrderingKey))
 		}
-		if cols&insTransport != 0 {
+		if cols&inscols.Transport != 0 {
 			b.transports.add(textElem(r.Transport))
 		}
-		if cols&insType != 0 {
+		if cols&inscols.Type != 0 {
 			b.types.add(textElem(r.MessageType))
 		}
-		if cols&insTenant != 0 {
+		if cols&inscols.Tenant != 0 {
 			b.tenants.add(textElem(r.TenantID))
 		}
-		if cols&insDeliver != 0 {
+		if cols&inscols.Deliver != 0 {
 			b.deliver.add(timeElem(deliver))
 		}
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"github.com/relayer-go/watermill-outbox/internal/inscols"
 	"strings"
 )
 
@@ -53,7 +54,7 @@ func (p *params) next() string { p.n++; return fmt.Sprintf("$%d", p.n) }
 type queries struct {
 	n names
 
-	insert       [insAll + 1]string        // unnest, by optional-column set
+	insert       [inscols.All + 1]string   // unnest, by optional-column set
 	insertValues [valuesMaxRows + 1]string // by row count
 
 	readLane, readUnordered string
@@ -106,7 +107,7 @@ func newQueries(n names) *queries {
 	// One statement for any batch size: one array per column, unnested server-side.
 	// Empty strings and the Unordered lane become NULLs here so the client binds plain
 	// slices (no per-row wrappers). One statement per set of optional columns: a
-	// column no row of the batch uses is not sent (see insertColumns).
+	// column no row of the batch uses is not sent (package inscols).
 	for cols := range q.insert {
 		q.insert[cols] = insertUnnest(t, cols)
 	}
@@ -342,17 +343,17 @@ func insertUnnest(t string, cols int) string {
 	}
 	add(0, "id", "u.id", "bytea", "id")
 	add(0, "message_uuid", "u.mu", "text", "mu")
-	add(insLane, "lane", "NULLIF(u.lane, -1)", "int4", "lane")
-	add(insKey, "ordering_key", "NULLIF(u.ok, '')", "text", "ok")
-	add(insTransport, "transport", "u.tr", "text", "tr")
+	add(inscols.Lane, "lane", "NULLIF(u.lane, -1)", "int4", "lane")
+	add(inscols.Key, "ordering_key", "NULLIF(u.ok, '')", "text", "ok")
+	add(inscols.Transport, "transport", "u.tr", "text", "tr")
 	add(0, "destination", "u.dst", "text", "dst")
-	add(insType, "message_type", "NULLIF(u.mt, '')", "text", "mt")
+	add(inscols.Type, "message_type", "NULLIF(u.mt, '')", "text", "mt")
 	add(0, "headers", "u.h", "bytea", "h")
 	add(0, "body", "u.b", "bytea", "b")
-	add(insTenant, "tenant_id", "NULLIF(u.tn, '')", "text", "tn")
+	add(inscols.Tenant, "tenant_id", "NULLIF(u.tn, '')", "text", "tn")
 	add(0, "created_at", "u.ca", "timestamptz", "ca")
-	add(insDeliver, "deliver_at", "u.da", "timestamptz", "da")
-	if cols&insDeliver == 0 {
+	add(inscols.Deliver, "deliver_at", "u.da", "timestamptz", "da")
+	if cols&inscols.Deliver == 0 {
 		names = append(names, "deliver_at")
 		sel = append(sel, "u.ca")
 	}
