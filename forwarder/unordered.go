@@ -145,10 +145,7 @@ func (c *tokenClaimer) emitBatch(b *uBatch, recs []outbox.Record) bool {
 	f := c.f
 	c.batches[b.token] = b
 	b.waiting = len(recs)
-	b.ids = make([]outbox.ID, len(recs))
-	for i := range recs {
-		b.ids[i] = recs[i].ID
-	}
+	b.ids = recordIDs(recs)
 	for i := range recs {
 		if f.isStopping() {
 			// Shutting down: give the rows not emitted yet back at once.
@@ -354,15 +351,21 @@ func (f *Forwarder) prepareRow(rec *outbox.Record, owned bool, d *delivery) (*me
 
 // releaseUnordered gives back the claims of unordered rows that were not emitted.
 func (f *Forwarder) releaseUnordered(token outbox.Token, recs []outbox.Record) {
-	ids := make([]outbox.ID, len(recs))
-	for i := range recs {
-		ids[i] = recs[i].ID
-	}
+	ids := recordIDs(recs)
 	ctx, cancel := context.WithTimeout(f.hardCtx, f.cfg.LeaseTTL)
 	defer cancel()
 	if _, err := f.store.Release(ctx, outbox.ReleaseParams{Token: token, IDs: ids, Now: f.now(), Lane: outbox.Unordered}); err != nil {
 		f.logger.Error("Cannot release claimed unordered rows (their claims expire)", err, watermill.LogFields{"rows": len(ids)})
 	}
+}
+
+// recordIDs returns the IDs of recs, in order.
+func recordIDs(recs []outbox.Record) []outbox.ID {
+	ids := make([]outbox.ID, len(recs))
+	for i := range recs {
+		ids[i] = recs[i].ID
+	}
+	return ids
 }
 
 // parkClaimed parks an unordered row that cannot be sent (through a completer, which

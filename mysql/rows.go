@@ -12,7 +12,7 @@ import (
 
 // recordColumns is the select list of a whole row, in the order rowScanner reads it.
 // Instants are cast to text so that the DSN's parseTime and loc cannot change them.
-// Columns that usually hold their default (transport ”, deliver_at = created_at,
+// Columns that usually hold their default (transport empty, deliver_at = created_at,
 // status 'pending') are read as NULL when they do, and the scanner restores the
 // default: the driver boxes every non-NULL text value into an interface (one allocation
 // per column and row), and a NULL costs nothing.

@@ -2,10 +2,12 @@ package outboxtest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
 )
 
 // lockedBatchTests cover the optional outbox.BatchLocker capability; each skips when the
@@ -20,6 +22,7 @@ func lockedBatchTests() []subtest {
 		{"Empty", testLockedBatchEmpty},
 		{"AfterCursor", testLockedBatchAfter},
 		{"FinishHandsOverClaims", testLockedBatchHandover},
+		{"RecordsBelongToCaller", testLockedBatchRecordsOwned},
 	}
 }
 
@@ -342,4 +345,32 @@ func testLockedBatchHandover(t *testing.T, h Harness) {
 	wantN(t, "Renew of the handed-over claim", n, err, 1)
 	n, err = e.store.Complete(e.ctx, outbox.CompleteParams{Token: tok, IDs: idsOf(recs[1]), Now: at(4 * time.Second), Lane: outbox.Unordered})
 	wantN(t, "Complete of the handed-over claim", n, err, 1)
+}
+
+// The records of a batch (their Headers and Body included) belong to the caller: a
+// forwarder keeps a locked row's payload as its message's. Finishing the batch and
+// locking the next, whose rows have other bytes of other lengths, changes none of them.
+func testLockedBatchRecordsOwned(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	first, next := newRecords(3), newRecords(3)
+	for i := range first {
+		first[i].Body = []byte(strings.Repeat("a", 10*(i+1)))
+		next[i].Body = []byte(strings.Repeat("b", 40*(i+1)))
+		next[i].Headers = headercodec.EncodeMetadata(nil, map[string]string{"other": strings.Repeat("h", 30)})
+	}
+	e.insert(first...)
+	b := e.lockBatch(bl, e.ctx, 10, at(time.Second))
+	kept := b.Records()
+	if err := b.Finish(e.ctx, outbox.FinishParams{Done: ids(kept)}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	e.insert(next...)
+	b2 := e.lockBatch(bl, e.ctx, 10, at(time.Second))
+	sameIDs(t, "second batch", ids(b2.Records()), ids(next))
+	rollback(t, b2)
+	sameIDs(t, "first batch", ids(kept), ids(first))
+	for i := range kept {
+		checkRecord(t, "record of the first batch after the second", kept[i], stored(first[i]))
+	}
 }
