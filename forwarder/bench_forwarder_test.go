@@ -431,10 +431,13 @@ func BenchmarkDrain(b *testing.B) {
 // BenchmarkDrainOrdered: a backlog of ordered rows (64 lanes, 1,000 keys) drained into a
 // no-op publisher by the forwarder with the default Config through Run, against the
 // hand-written SKIP LOCKED claim + batch delete loop over as many unordered rows on the
-// same database (the "raw loop"). Reports both rates, their ratio, the Go CPU
+// same database (the "raw loop"), and against itself with KeysInFlight 1 (a
+// lane run sent in strict id order, one Publish call at a time: what the keys in
+// flight cost a target that takes no time). Reports the rates, the ratios, the Go CPU
 // per message of each (this process only) and the allocations per forwarded message.
-// OUTBOX_BENCH_LANE_BATCH and OUTBOX_BENCH_LANE_STATEMENTS override the two lane
-// settings, to size them by measurement.
+// OUTBOX_BENCH_LANE_BATCH, OUTBOX_BENCH_LANE_STATEMENTS and OUTBOX_BENCH_KEYS_IN_FLIGHT
+// override the three lane settings, to size them by measurement (KeysInFlight 1 is the
+// strict id order of a whole lane run).
 func BenchmarkDrainOrdered(b *testing.B) {
 	n := benchRows()
 	cfg := forwarder.Config{}
@@ -444,10 +447,15 @@ func BenchmarkDrainOrdered(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("OUTBOX_BENCH_LANE_STATEMENTS")); err == nil {
 		cfg.LaneStatements = v
 	}
+	if v, err := strconv.Atoi(os.Getenv("OUTBOX_BENCH_KEYS_IN_FLIGHT")); err == nil {
+		cfg.KeysInFlight = v
+	}
 	for _, e := range chaos.Engines {
 		b.Run(e.Name, func(b *testing.B) {
 			db, _ := e.Open(b)
-			var base, ours, ratio, baseCPU, oursCPU, allocs []float64
+			var base, ours, strict, ratio, baseCPU, oursCPU, strictCPU, allocs []float64
+			strictCfg := cfg
+			strictCfg.KeysInFlight = 1
 			cpuPerMsg := func(run func()) float64 {
 				c0 := processCPU()
 				run()
@@ -476,12 +484,19 @@ func BenchmarkDrainOrdered(b *testing.B) {
 							}))
 							quiesce(b, e, db, st.Options())
 						},
+						func() {
+							st := e.Table(b, db, 64)
+							fillKeyed(b, e, db, st, n, 1000, "bench")
+							nop := &chaos.NopPublisher{}
+							strictCPU = append(strictCPU, cpuPerMsg(func() {
+								strict = append(strict, forwarderDrain(b, e, db, st, strictCfg, nop, nop.Count, n).rate)
+							}))
+							quiesce(b, e, db, st.Options())
+						},
 					}
-					if r%2 == 1 {
-						slices.Reverse(runs)
-					}
-					for _, run := range runs {
-						run()
+					// Rotate the order so that none always runs after another.
+					for k := range runs {
+						runs[(r+k)%len(runs)]()
 					}
 					ratio = append(ratio, ours[len(ours)-1]/base[len(base)-1])
 				}
@@ -492,6 +507,9 @@ func BenchmarkDrainOrdered(b *testing.B) {
 			b.ReportMetric(median(baseCPU), "baseline_cpu_ns/msg")
 			b.ReportMetric(median(oursCPU), "ordered_cpu_ns/msg")
 			b.ReportMetric(median(oursCPU)/median(baseCPU), "cpu_ratio")
+			b.ReportMetric(median(strict), "strict_rows/s")
+			b.ReportMetric(median(strictCPU), "strict_cpu_ns/msg")
+			b.ReportMetric(median(oursCPU)/median(strictCPU), "cpu_vs_strict")
 			b.ReportMetric(median(allocs), "allocs/msg")
 			b.ReportMetric(0, "ns/op")
 		})

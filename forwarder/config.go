@@ -35,6 +35,7 @@ const (
 	ClaimersDefault        = 2
 	LaneBatchDefault       = 512
 	LaneStatementsDefault  = 4
+	KeysInFlightDefault    = 16
 	ClaimTTLDefault        = 30 * time.Second
 	LeaseTTLDefault        = 10 * time.Second
 	PollIntervalDefault    = 100 * time.Millisecond
@@ -74,6 +75,15 @@ type Config struct {
 	// statement), sends in order and deletes with one statement. Defaults to
 	// LaneBatchDefault.
 	LaneBatch int
+	// KeysInFlight bounds the ordering keys of one lane run that are sent at once. A
+	// key's rows go one after another in id order (one Publish call for consecutive rows
+	// of one topic with Run; one message at a time, each after the previous one's ack,
+	// through a router), while the other keys of the run do not wait for them. A lane
+	// holds many keys (about keys ÷ Options.Lanes), so this is what keeps more than one
+	// call per lane on the wire to a target that takes time per call. 1 sends each run
+	// strictly in id order, one row (or Publish call) at a time, as StopLaneOnPoison
+	// always does. Defaults to KeysInFlightDefault.
+	KeysInFlight int
 	// LaneStatements bounds the statements (head reads, run deletes) that the lane
 	// workers of this forwarder run at once: with many lanes, a few statements at a time
 	// keep the database's work and its lock contention low. Defaults to
@@ -198,6 +208,7 @@ func (c *Config) setDefaults() {
 	setInt(&c.Claimers, ClaimersDefault)
 	setInt(&c.LaneBatch, LaneBatchDefault)
 	setInt(&c.LaneStatements, LaneStatementsDefault)
+	setInt(&c.KeysInFlight, KeysInFlightDefault)
 	setInt(&c.MaxAttempts, MaxAttemptsDefault)
 	setDur(&c.ClaimTTL, ClaimTTLDefault)
 	setDur(&c.LeaseTTL, LeaseTTLDefault)
@@ -242,8 +253,8 @@ func (c Config) Validate() error {
 		errs = append(errs, outbox.InvalidOption("forwarder.Config."+field, format, args...))
 	}
 	positive := map[string]int{"ClaimBatch": c.ClaimBatch, "InFlight": c.InFlight, "Claimers": c.Claimers, "LaneBatch": c.LaneBatch,
-		"LaneStatements": c.LaneStatements, "MaxAttempts": c.MaxAttempts}
-	for _, f := range []string{"ClaimBatch", "InFlight", "Claimers", "LaneBatch", "LaneStatements", "MaxAttempts"} {
+		"KeysInFlight": c.KeysInFlight, "LaneStatements": c.LaneStatements, "MaxAttempts": c.MaxAttempts}
+	for _, f := range []string{"ClaimBatch", "InFlight", "Claimers", "LaneBatch", "KeysInFlight", "LaneStatements", "MaxAttempts"} {
 		if positive[f] < 1 {
 			bad(f, "must be at least 1, got %d", positive[f])
 		}

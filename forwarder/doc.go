@@ -75,16 +75,22 @@
 //
 // Under its live lease a lane's worker is the lane's only sender, so it claims nothing:
 // it reads the head run of the lane (up to LaneBatch rows, one statement, no writes),
-// sends it in id order, and deletes the sent rows with one statement fenced by the lease
-// token, then reads the next run. Through a router (AddToRouter) it hands the run's
-// messages over one at a time, each after the previous one was acked: a router may run
-// handlers concurrently. Run (no router) publishes consecutive rows of one transport and
-// topic in one Publish call, which Watermill's publishers send in order (a failed call
-// is published again one message at a time, so that the failure lands on the row that
-// causes it). Watermill's in-memory GoChannel keeps that order only with
+// sends each ordering key's rows of the run in id order, and deletes the sent rows with
+// one statement fenced by the lease token, then reads the next run. The keys of a run do
+// not wait for each other: up to KeysInFlight of them are sent at once (a lane holds
+// about keys ÷ lanes of them), so that a target that takes time per call (a remote
+// broker's round trip, one slow partition) has more than one call per lane on the wire.
+// Through a router (AddToRouter) a key's messages are handed over one at a time, each
+// after the previous one was acked: a router may run handlers concurrently. Run (no
+// router) publishes consecutive rows of one key, transport and topic in one Publish
+// call, which Watermill's publishers send in order (a failed call is published again
+// one message at a time, so that the failure lands on the row that causes it).
+// Watermill's in-memory GoChannel keeps that order only with
 // BlockPublishUntilSubscriberAck; without it, it delivers each message in a goroutine of
-// its own. A head row that is not yet due holds the whole lane: ordering beats
-// scheduling, so a row scheduled for later delays the rows written after it in its lane.
+// its own. KeysInFlight 1 (and StopLaneOnPoison) send a run strictly in id order, one
+// row or Publish call at a time. A head row that is not yet due holds the whole lane:
+// ordering beats scheduling, so a row scheduled for later delays the rows written after
+// it in its lane.
 //
 // The guarantee, exactly. Lease expiries are set and compared on one clock, the
 // database's: a lease lasts LeaseTTL from the database's now when it was acquired or
@@ -104,8 +110,10 @@
 // sent rows are sent again by the lane's next owner (at least once). Duplicates are
 // bounded by what was in flight: one run per lane.
 //
-// A nacked head is retried after its backoff while the rows behind it wait. After
-// MaxAttempts it is parked and the lane continues, or,
+// A nacked row ends its key's part of the run (the rows of other keys in that run are
+// still sent); it is retried after its backoff, holding the lane's next runs until it is
+// due, while the rows behind it wait. After MaxAttempts it is parked and the lane
+// continues, or,
 // with StopLaneOnPoison, the lane stops until the parked row is requeued or purged; with
 // HoldParkedKeys only later rows of the parked row's ordering key are held.
 //

@@ -6,18 +6,18 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 // laneWorker sends the rows of one lane this forwarder holds the lease of. Under the
 // live lease it is the lane's only sender, so it claims nothing: it reads the head run
-// of the lane (Store.Head, no writes), sends it in id order, and deletes the sent rows
-// with one statement fenced by the lease (Store.Complete with a zero Token). Before
-// every send it checks that the lease is live by the monotonic deadline the lease
-// manager keeps (laneHold.live). A failed row is failed (fenced) and holds the lane
-// until it is due again; a row that cannot be sent is parked.
+// of the lane (Store.Head, no writes), sends each ordering key's rows of the run in id
+// order (up to KeysInFlight keys at once, lanerun.go), and deletes the sent rows with
+// one statement fenced by the lease (Store.Complete with a zero Token). Before every
+// send it checks that the lease is live by the monotonic deadline the lease manager
+// keeps (laneHold.live). A failed row is failed (fenced), ends its key's part of the
+// run and holds the lane until it is due again; a row that cannot be sent is parked.
 type laneWorker struct {
 	f    *Forwarder
 	h    *laneHold
@@ -25,6 +25,9 @@ type laneWorker struct {
 	cfg  *Config
 
 	head      []outbox.Record // the head run being sent; reused
+	parts     []keyPart       // the head run cut by ordering key; reused
+	partOf    map[string]int  // ordering key → its index in parts; reused
+	res       runResult       // what sending the run did; reused
 	notBefore time.Time       // a failed head is due again then (Config.Now's clock)
 	idle      time.Duration   // the next idle pause (doubles up to MaxPollInterval)
 	errDelay  time.Duration   // the next pause after a failed statement
@@ -35,18 +38,9 @@ type laneWorker struct {
 	woken bool
 }
 
-// runResult is how far a run got: its leading sent rows were delivered; the row after
-// them failed (failed != nil) or the lane must stop (stop).
-type runResult struct {
-	sent   int
-	failed *outbox.Record
-	reason string // the failure, stored as the row's last error
-	park   bool   // park failed (it cannot be sent, or its attempts are used up)
-	stop   bool   // the lease is gone, the forwarder is abandoning, or the lane is handed over
-}
-
 func newLaneWorker(f *Forwarder, h *laneHold) *laneWorker {
-	return &laneWorker{f: f, h: h, lane: h.lane, cfg: &f.cfg, idle: f.cfg.PollInterval, errDelay: f.cfg.PollInterval}
+	return &laneWorker{f: f, h: h, lane: h.lane, cfg: &f.cfg, partOf: make(map[string]int),
+		idle: f.cfg.PollInterval, errDelay: f.cfg.PollInterval}
 }
 
 // run is the worker's loop; it releases the lease when it ends.
@@ -111,35 +105,29 @@ func (w *laneWorker) step() bool {
 		return w.pause(d)
 	}
 	w.errDelay, w.idle = cfg.PollInterval, cfg.PollInterval
-	var res runResult
-	if f.direct {
-		res = w.publishRun()
-	} else {
-		res = w.emitRun()
-	}
-	return w.settle(res)
+	return w.settle(w.sendRun())
 }
 
 // settle deletes the sent rows of the run (one fenced statement) and records the
-// failure that ended it; false when the lane must stop.
-func (w *laneWorker) settle(res runResult) bool {
-	if res.sent > 0 && !w.complete(w.head[:res.sent]) {
+// failures that ended its keys; false when the lane must stop. The lane waits for the
+// earliest failed row to be due again.
+func (w *laneWorker) settle(res *runResult) bool {
+	if len(res.sent) > 0 && !w.complete(res.sent) {
 		return false
 	}
-	if res.failed != nil && !w.fail(res) {
-		return false
+	w.notBefore = time.Time{}
+	for i := range res.fails {
+		if !w.fail(&res.fails[i]) {
+			return false
+		}
 	}
 	return !res.stop
 }
 
 // complete deletes the sent rows with the lease and counts them; false when the lease
 // is gone (another forwarder owns the lane and sends them again).
-func (w *laneWorker) complete(sent []outbox.Record) bool {
+func (w *laneWorker) complete(ids []outbox.ID) bool {
 	f := w.f
-	ids := make([]outbox.ID, len(sent))
-	for i := range sent {
-		ids[i] = sent[i].ID
-	}
 	return w.fenced("complete", func(ctx context.Context) (bool, error) {
 		f.laneSem <- struct{}{}
 		n, err := f.store.Complete(ctx, outbox.CompleteParams{IDs: ids, Now: f.now(), Lane: w.lane, Lease: w.h.token})
@@ -154,10 +142,10 @@ func (w *laneWorker) complete(sent []outbox.Record) bool {
 	})
 }
 
-// fail records the failed attempt of the row that ended the run (or parks it); a row
-// that is retried holds the lane until it is due again.
-func (w *laneWorker) fail(res runResult) bool {
-	f, cfg, rec := w.f, w.cfg, res.failed
+// fail records the failed attempt of a row that ended its key's part of the run (or
+// parks it); a row that is retried holds the lane until it is due again.
+func (w *laneWorker) fail(res *rowFailure) bool {
+	f, cfg, rec := w.f, w.cfg, res.rec
 	attempts := rec.Attempts + 1
 	park := res.park || attempts >= cfg.MaxAttempts
 	var retryAt time.Time
@@ -177,7 +165,7 @@ func (w *laneWorker) fail(res runResult) bool {
 		if cfg.StopLaneOnPoison {
 			f.stopLane(w.lane)
 		}
-	default:
+	case w.notBefore.IsZero() || retryAt.Before(w.notBefore):
 		w.notBefore = retryAt
 	}
 	return true
@@ -208,125 +196,6 @@ func (w *laneWorker) fenced(what string, op func(context.Context) (bool, error))
 		}
 		delay = min(2*delay, time.Second)
 	}
-}
-
-// emitRun hands the run's rows to the router one at a time, each after the previous
-// one was acked: a router may handle messages concurrently, so this is what keeps
-// them in order.
-func (w *laneWorker) emitRun() runResult {
-	f := w.f
-	counters := &f.counters[w.lane+1]
-	var rt renewTicker
-	defer rt.stop()
-	for i := range w.head {
-		if w.draining() || !w.h.live(f.mono()) {
-			return runResult{sent: i}
-		}
-		msg, d, reason := f.prepare(&w.head[i])
-		if reason != "" {
-			return runResult{sent: i, failed: &w.head[i], reason: reason, park: true}
-		}
-		counters.inFlight.Add(1)
-		f.reportInFlight(w.lane)
-		acked, settled := w.deliver(msg, &rt)
-		counters.inFlight.Add(-1)
-		f.reportInFlight(w.lane)
-		switch {
-		case !settled:
-			return runResult{sent: i, stop: true}
-		case !acked:
-			return runResult{sent: i, failed: &w.head[i], reason: d.failure()}
-		}
-	}
-	return runResult{sent: len(w.head)}
-}
-
-// deliver emits msg and waits for its ack or nack; settled is false when the lease was
-// lost or the forwarder abandons its messages first.
-func (w *laneWorker) deliver(msg *message.Message, rt *renewTicker) (acked, settled bool) {
-	if !w.f.emit(w.h.ctx, msg, rt, time.Hour, func() {}) {
-		return false, false
-	}
-	switch await(msg, nil, w.h.ctx.Done(), w.f.abandon) {
-	case outcomeAcked:
-		return true, true
-	case outcomeNacked:
-		return false, true
-	}
-	return false, false
-}
-
-// publishRun sends the run straight to the target publishers (Run, no router):
-// consecutive rows of one transport and topic go in one Publish call, which Watermill's
-// publishers send in order. When a call fails, its messages are published again one at
-// a time, so that the failure lands on the row that causes it; a row that failed before
-// is published alone.
-func (w *laneWorker) publishRun() runResult {
-	f := w.f
-	counters := &f.counters[w.lane+1]
-	msgs := make([]*message.Message, 0, len(w.head))
-	for start := 0; start < len(w.head); {
-		if w.draining() || !w.h.live(f.mono()) {
-			return runResult{sent: start}
-		}
-		first := &w.head[start]
-		end, reason := start, ""
-		msgs = msgs[:0]
-		for ; end < len(w.head); end++ {
-			r := &w.head[end]
-			if end > start && (r.Transport != first.Transport || r.Destination != first.Destination ||
-				r.Attempts > 0 || first.Attempts > 0) {
-				break // a row that failed before goes alone: its next failure is its own
-			}
-			var msg *message.Message
-			if msg, _, reason = f.prepare(r); reason != "" {
-				break
-			}
-			msgs = append(msgs, msg)
-		}
-		if len(msgs) > 0 {
-			counters.inFlight.Add(int64(len(msgs)))
-			f.reportInFlight(w.lane)
-			err := f.targets[first.Transport].Publish(first.Destination, msgs...)
-			counters.inFlight.Add(-int64(len(msgs)))
-			f.reportInFlight(w.lane)
-			if err != nil && len(msgs) == 1 {
-				w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": first.ID.String()})
-				return runResult{sent: start, failed: first, reason: err.Error()}
-			}
-			if err != nil {
-				// Which of the messages went out is unknown: send them one at a time, so
-				// that the failure lands on the row that causes it (a poison message must
-				// not fail the rows before it). Those already sent are sent again.
-				if i, err := w.publishSingles(start, start+len(msgs)); err != nil {
-					w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": w.head[i].ID.String()})
-					return runResult{sent: i, failed: &w.head[i], reason: err.Error()}
-				}
-			}
-		}
-		if reason != "" {
-			return runResult{sent: end, failed: &w.head[end], reason: reason, park: true}
-		}
-		start = end
-	}
-	return runResult{sent: len(w.head)}
-}
-
-// publishSingles publishes the rows head[from:to] (all of which prepare accepted) one
-// Publish call each, in order, and returns the index of the first that failed, with its
-// error.
-func (w *laneWorker) publishSingles(from, to int) (int, error) {
-	for i := from; i < to; i++ {
-		if !w.h.live(w.f.mono()) {
-			return i, errLeaseDeadline
-		}
-		r := &w.head[i]
-		msg, _, _ := w.f.prepare(r)
-		if err := w.f.targets[r.Transport].Publish(r.Destination, msg); err != nil {
-			return i, err
-		}
-	}
-	return to, nil
 }
 
 // draining reports a handover or a shutdown: send nothing more.

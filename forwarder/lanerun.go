@@ -1,0 +1,263 @@
+package forwarder
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// runResult is what sending a lane run did: the rows delivered, the rows that failed
+// (at most one per ordering key: a key's part of the run ends at its first failure),
+// and whether the lane must stop.
+type runResult struct {
+	sent  []outbox.ID
+	fails []rowFailure
+	stop  bool // the lease is gone, the forwarder is abandoning, or the lane is handed over
+}
+
+// rowFailure is a row of a run that was not delivered.
+type rowFailure struct {
+	rec    *outbox.Record
+	reason string // stored as the row's last error
+	park   bool   // it cannot be sent, or its attempts are used up
+}
+
+// keyPart is the rows of one ordering key in a lane run (indexes into the head, in id
+// order) and how far sending them got.
+type keyPart struct {
+	rows []int
+	msgs []*message.Message // the messages of one Publish call; reused
+	sent int                // the leading rows delivered
+	fail *rowFailure
+	stop bool
+}
+
+// sendRun sends the head run: each ordering key's rows in id order, up to KeysInFlight
+// keys at once, and says what was delivered.
+func (w *laneWorker) sendRun() *runResult {
+	parts := w.split()
+	if n := min(len(parts), w.cfg.KeysInFlight); n == 1 {
+		for i := range parts {
+			w.sendPart(&parts[i])
+		}
+	} else {
+		var next atomic.Int32
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				for i := int(next.Add(1)) - 1; i < len(parts); i = int(next.Add(1)) - 1 {
+					w.sendPart(&parts[i])
+				}
+			})
+		}
+		wg.Wait()
+	}
+	return w.collect(parts)
+}
+
+// split cuts the head run into one part per ordering key (reusing the worker's
+// storage). With KeysInFlight 1 or StopLaneOnPoison the whole run is one part, sent in
+// id order: a parked row then stops the rows after it, whatever their key.
+func (w *laneWorker) split() []keyPart {
+	parts := w.parts[:0]
+	add := func() int {
+		if len(parts) < cap(parts) {
+			parts = parts[:len(parts)+1]
+			p := &parts[len(parts)-1]
+			*p = keyPart{rows: p.rows[:0], msgs: p.msgs[:0]}
+		} else {
+			parts = append(parts, keyPart{})
+		}
+		return len(parts) - 1
+	}
+	if w.cfg.KeysInFlight == 1 || w.cfg.StopLaneOnPoison {
+		p := &parts[add()]
+		for i := range w.head {
+			p.rows = append(p.rows, i)
+		}
+	} else {
+		clear(w.partOf)
+		for i := range w.head {
+			k, ok := w.partOf[w.head[i].OrderingKey]
+			if !ok {
+				k = add()
+				w.partOf[w.head[i].OrderingKey] = k
+			}
+			parts[k].rows = append(parts[k].rows, i)
+		}
+	}
+	w.parts = parts
+	return parts
+}
+
+// collect gathers the parts' outcomes into the worker's reused runResult.
+func (w *laneWorker) collect(parts []keyPart) *runResult {
+	res := &w.res
+	res.sent, res.fails, res.stop = res.sent[:0], res.fails[:0], false
+	for i := range parts {
+		p := &parts[i]
+		for _, r := range p.rows[:p.sent] {
+			res.sent = append(res.sent, w.head[r].ID)
+		}
+		if p.fail != nil {
+			res.fails = append(res.fails, *p.fail)
+		}
+		res.stop = res.stop || p.stop
+	}
+	return res
+}
+
+// sendPart sends one key's rows: straight to the targets with Run, through the router
+// otherwise.
+func (w *laneWorker) sendPart(p *keyPart) {
+	if w.f.direct {
+		w.publishPart(p)
+	} else {
+		w.emitPart(p)
+	}
+}
+
+// emitPart hands a part's rows to the router one at a time, each after the previous
+// one was acked: a router may handle messages concurrently, so this is what keeps a
+// key's rows in order.
+func (w *laneWorker) emitPart(p *keyPart) {
+	f := w.f
+	counters := &f.counters[w.lane+1]
+	var rt renewTicker
+	defer rt.stop()
+	for k, i := range p.rows {
+		if w.draining() || !w.h.live(f.mono()) {
+			return
+		}
+		rec := &w.head[i]
+		msg, d, reason := f.prepare(rec)
+		if reason != "" {
+			p.fail = &rowFailure{rec: rec, reason: reason, park: true}
+			return
+		}
+		counters.inFlight.Add(1)
+		f.reportInFlight(w.lane)
+		acked, settled := w.deliver(msg, &rt)
+		counters.inFlight.Add(-1)
+		f.reportInFlight(w.lane)
+		switch {
+		case !settled:
+			p.stop = true
+			return
+		case !acked:
+			p.fail = &rowFailure{rec: rec, reason: d.failure()}
+			return
+		}
+		p.sent = k + 1
+	}
+}
+
+// deliver emits msg and waits for its ack or nack; settled is false when the lease was
+// lost or the forwarder abandons its messages first.
+func (w *laneWorker) deliver(msg *message.Message, rt *renewTicker) (acked, settled bool) {
+	if !w.f.emit(w.h.ctx, msg, rt, time.Hour, func() {}) {
+		return false, false
+	}
+	switch await(msg, nil, w.h.ctx.Done(), w.f.abandon) {
+	case outcomeAcked:
+		return true, true
+	case outcomeNacked:
+		return false, true
+	}
+	return false, false
+}
+
+// publishPart publishes a part's rows straight to the target publishers (Run, no
+// router): consecutive rows of one transport and topic go in one Publish call, which
+// Watermill's publishers send in order. When a call fails, its messages are published
+// again one at a time, so that the failure lands on the row that causes it; a row that
+// failed before is published alone.
+func (w *laneWorker) publishPart(p *keyPart) {
+	f := w.f
+	for p.sent < len(p.rows) {
+		if w.draining() || !w.h.live(f.mono()) {
+			return
+		}
+		start := p.sent
+		end, reason := w.batch(p, start)
+		if len(p.msgs) > 0 && !w.publishBatch(p, start) {
+			return
+		}
+		p.sent = end
+		if reason != "" {
+			p.fail = &rowFailure{rec: &w.head[p.rows[end]], reason: reason, park: true}
+			return
+		}
+	}
+}
+
+// batch prepares in p.msgs the rows of p from start that go in one Publish call; end
+// is the row after them, and reason is set when that row cannot be sent at all.
+func (w *laneWorker) batch(p *keyPart, start int) (end int, reason string) {
+	first := &w.head[p.rows[start]]
+	p.msgs = p.msgs[:0]
+	for end = start; end < len(p.rows); end++ {
+		r := &w.head[p.rows[end]]
+		if end > start && (r.Transport != first.Transport || r.Destination != first.Destination ||
+			r.Attempts > 0 || first.Attempts > 0) {
+			break // a row that failed before goes alone: its next failure is its own
+		}
+		var msg *message.Message
+		if msg, _, reason = w.f.prepare(r); reason != "" {
+			break
+		}
+		p.msgs = append(p.msgs, msg)
+	}
+	return end, reason
+}
+
+// publishBatch publishes p.msgs, the rows of p from start; false (with p.sent and
+// p.fail set) when one of them failed.
+func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
+	f := w.f
+	counters := &f.counters[w.lane+1]
+	first := &w.head[p.rows[start]]
+	counters.inFlight.Add(int64(len(p.msgs)))
+	f.reportInFlight(w.lane)
+	err := f.targets[first.Transport].Publish(first.Destination, p.msgs...)
+	counters.inFlight.Add(-int64(len(p.msgs)))
+	f.reportInFlight(w.lane)
+	failed := start
+	if err != nil && len(p.msgs) > 1 {
+		// Which of the messages went out is unknown: send them one at a time, so that
+		// the failure lands on the row that causes it (a poison message must not fail
+		// the rows before it). Those already sent are sent again.
+		failed, err = w.publishSingles(p.rows[start : start+len(p.msgs)])
+		failed += start
+	}
+	if err == nil {
+		return true
+	}
+	rec := &w.head[p.rows[failed]]
+	w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": rec.ID.String()})
+	p.sent = failed
+	p.fail = &rowFailure{rec: rec, reason: err.Error()}
+	return false
+}
+
+// publishSingles publishes the head rows at indexes rows (all of which prepare
+// accepted) one Publish call each, in order, and returns the position in rows of the
+// first that failed, with its error.
+func (w *laneWorker) publishSingles(rows []int) (int, error) {
+	for k, i := range rows {
+		if !w.h.live(w.f.mono()) {
+			return k, errLeaseDeadline
+		}
+		r := &w.head[i]
+		msg, _, _ := w.f.prepare(r)
+		if err := w.f.targets[r.Transport].Publish(r.Destination, msg); err != nil {
+			return k, err
+		}
+	}
+	return len(rows), nil
+}

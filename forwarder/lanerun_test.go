@@ -1,0 +1,195 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+)
+
+// runForwarder runs a forwarder with Run (no router) until the test ends.
+func runForwarder(t *testing.T, st outbox.Store, targets Targets, cfg Config) *Forwarder {
+	t.Helper()
+	f, err := New(st, targets, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("Run did not return within 15 s of its context's end")
+		}
+	})
+	return f
+}
+
+// startEither starts a forwarder with Run (direct) or in a router.
+func startEither(t *testing.T, direct bool, st outbox.Store, targets Targets, cfg Config) {
+	t.Helper()
+	if direct {
+		runForwarder(t, st, targets, cfg)
+	} else {
+		start(t, st, targets, cfg)
+	}
+}
+
+// checkKeyOrder fails on a gap or reordering of any key's "key/seq" payloads (repeats
+// are duplicates, allowed), and returns how many distinct rows of each key arrived.
+func checkKeyOrder(t *testing.T, got []published) map[string]int {
+	t.Helper()
+	next := map[string]int{}
+	for _, p := range got {
+		key, i := seqOf(t, p.msg)
+		switch {
+		case i > next[key]:
+			t.Fatalf("key %s: got #%d, want #%d", key, i, next[key])
+		case i == next[key]:
+			next[key]++
+		}
+	}
+	return next
+}
+
+// Keys of one lane do not wait for each other: while the target holds the first row
+// of one key (a slow partition, a slow consumer), the other keys of the same run are
+// sent, each in its order; KeysInFlight 1 sends the run in id order instead, so the
+// slow row holds them all.
+func TestKeysOfALaneFlowPastASlowKey(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Run", false: "router"}[direct], func(t *testing.T) {
+			forEachDialect(t, func(t *testing.T, tb *table) {
+				t.Run("KeysInFlight=default", func(t *testing.T) { testSlowKey(t, tb.withLanes(t, 1), direct, 0) })
+				t.Run("KeysInFlight=1", func(t *testing.T) { testSlowKey(t, tb.withLanes(t, 1), direct, 1) })
+			})
+		})
+	}
+}
+
+func testSlowKey(t *testing.T, tb *table, direct bool, keysInFlight int) {
+	const fastKeys, per = 10, 5
+	var recs []outbox.Record
+	for i := range per {
+		recs = append(recs, tb.row("t", "slow", fmt.Sprintf("slow/%d", i)))
+		for k := range fastKeys {
+			key := fmt.Sprintf("fast-%d", k)
+			recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
+		}
+	}
+	tb.insert(t, recs...)
+	rec := newRecorder()
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	rec.setFail(func(_ string, m *message.Message) error {
+		if row, _ := RowFromContext(m.Context()); row.OrderingKey == "slow" {
+			<-release
+		}
+		return nil
+	})
+	cfg := fastConfig()
+	cfg.KeysInFlight = keysInFlight
+	startEither(t, direct, tb.store, Targets{"": rec}, cfg)
+	fast := fastKeys * per
+	if keysInFlight == 1 {
+		time.Sleep(300 * time.Millisecond)
+		if n := len(rec.got()); n != 0 {
+			t.Fatalf("KeysInFlight 1: %d rows sent while the run's first row is held, want 0", n)
+		}
+	} else {
+		waitFor(t, 20*time.Second, "the other keys' rows", func() bool { return len(rec.got()) >= fast })
+		for _, p := range rec.got() {
+			if p.row.OrderingKey == "slow" {
+				t.Fatalf("a row of the held key was recorded before its release: %s", p.msg.Payload)
+			}
+		}
+	}
+	open()
+	waitFor(t, 20*time.Second, "every row", func() bool {
+		return len(checkKeyOrder(t, rec.got())) == fastKeys+1 && countDistinct(t, rec.got()) == len(recs)
+	})
+	checkKeyOrder(t, rec.got())
+	waitFor(t, 10*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+}
+
+// countDistinct counts the distinct payloads among got.
+func countDistinct(t *testing.T, got []published) int {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, p := range got {
+		seen[string(p.msg.Payload)] = true
+	}
+	return len(seen)
+}
+
+// A failing row ends only its key's part of a run: the other keys of the run are sent
+// and deleted, the failed row's key waits behind it (nothing of it is sent before it
+// succeeds), and the retry keeps every key's order.
+func TestKeysOfALaneFailAlone(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Run", false: "router"}[direct], func(t *testing.T) {
+			forEachDialect(t, func(t *testing.T, tb *table) {
+				tb = tb.withLanes(t, 1)
+				const keys, per = 6, 4
+				var recs []outbox.Record
+				for i := range per {
+					for k := range keys {
+						key := fmt.Sprintf("k%d", k)
+						recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
+					}
+				}
+				tb.insert(t, recs...)
+				flaky := recs[keys+2] // k2/1: the second row of k2
+				rec := newRecorder()
+				var mu sync.Mutex
+				othersAtFirstRetry := -1
+				rec.setFail(func(_ string, m *message.Message) error {
+					if m.UUID != flaky.MessageUUID {
+						return nil
+					}
+					if row, _ := RowFromContext(m.Context()); row.Attempts == 0 {
+						return errors.New("partition unavailable")
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if othersAtFirstRetry < 0 {
+						othersAtFirstRetry = len(rec.got())
+					}
+					return nil
+				})
+				cfg := fastConfig()
+				cfg.RetryBase, cfg.RetryMax, cfg.RetryJitter = 100*time.Millisecond, 100*time.Millisecond, -1
+				startEither(t, direct, tb.store, Targets{"": rec}, cfg)
+				waitFor(t, 20*time.Second, "every row", func() bool { return countDistinct(t, rec.got()) == len(recs) })
+				next := checkKeyOrder(t, rec.got())
+				for k := range keys {
+					if key := fmt.Sprintf("k%d", k); next[key] != per {
+						t.Fatalf("key %s: %d rows, want %d", key, next[key], per)
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				// Before the first retry, every row of the other keys (and k2/0) was sent:
+				// the failure held its key only.
+				if want := (keys-1)*per + 1; othersAtFirstRetry < want {
+					t.Fatalf("%d rows sent before the failed row's first retry, want at least %d (the other keys' rows)", othersAtFirstRetry, want)
+				}
+				waitFor(t, 10*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+			})
+		})
+	}
+}
