@@ -46,15 +46,18 @@ func (w *laneWorker) sendRun() *runResult {
 			w.sendPart(&parts[i])
 		}
 	} else {
+		// n-1 helpers and the worker itself take the parts in turn.
 		var next atomic.Int32
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				for i := int(next.Add(1)) - 1; i < len(parts); i = int(next.Add(1)) - 1 {
-					w.sendPart(&parts[i])
-				}
-			})
+		work := func() {
+			for i := int(next.Add(1)) - 1; i < len(parts); i = int(next.Add(1)) - 1 {
+				w.sendPart(&parts[i])
+			}
 		}
+		var wg sync.WaitGroup
+		for range n - 1 {
+			wg.Go(work)
+		}
+		work()
 		wg.Wait()
 	}
 	return w.collect(parts)
