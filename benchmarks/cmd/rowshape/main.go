@@ -165,8 +165,38 @@ func mysqlShapes() []shape {
 			return b.String(), nil
 		}
 	}
+	// bare: neither created_at (the server's clock fills it) nor, with inHeaders, the
+	// message UUID (carried in the headers blob instead): a row as wide as the minimal
+	// one, the shapes that show what a narrower row model would buy.
+	bare := func(name string, inHeaders bool) func(first, n int) (string, []any) {
+		cols, h := "id, message_uuid, destination, headers, body", headers
+		if inHeaders {
+			cols, h = "id, destination, headers, body", append(slices.Clip(headers), uuid...)
+		}
+		return func(first, n int) (string, []any) {
+			var b strings.Builder
+			b.WriteString("INSERT INTO rowshape_" + name + " (" + cols + ") VALUES ")
+			for i := range n {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				if inHeaders {
+					fmt.Fprintf(&b, "(%s,%s,%s,%s)", hx(id(first+i)), hx([]byte("orders")), hx(h), hx(body))
+				} else {
+					fmt.Fprintf(&b, "(%s,%s,%s,%s,%s)", hx(id(first+i)), hx([]byte(uuid)), hx([]byte("orders")), hx(h), hx(body))
+				}
+			}
+			return b.String(), nil
+		}
+	}
+	serverClock := func(ddl string) string {
+		return strings.Replace(ddl, "created_at DATETIME(6) NOT NULL,", "created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),", 1)
+	}
 	return []shape{
 		{"before", []string{mysqlRow("before", "NOT NULL", ", KEY ix_status_lane (status, lane, id), KEY ix_claim_token (claim_token)", "id")}, every("before")},
+		{"after_server_clock", []string{serverClock(mysqlRow("after_server_clock", "NOT NULL DEFAULT (created_at)", ", KEY ix_status_lane (status, lane, id)", "id"))}, bare("after_server_clock", false)},
+		{"pk_lane_id_server_clock", []string{serverClock(mysqlRow("pk_lane_id_server_clock", "NOT NULL DEFAULT (created_at)", "", "lane, id"))}, bare("pk_lane_id_server_clock", false)},
+		{"pk_lane_id_clock_uuid_in_h", []string{serverClock(mysqlRow("pk_lane_id_clock_uuid_in_h", "NOT NULL DEFAULT (created_at)", "", "lane, id"))}, bare("pk_lane_id_clock_uuid_in_h", true)},
 		{"after", []string{mysqlRow("after", "NOT NULL DEFAULT (created_at)", ", KEY ix_status_lane (status, lane, id)", "id")}, named("after")},
 		{"after_pk_lane_id_no_index", []string{mysqlRow("after_pk_lane_id_no_index", "NOT NULL DEFAULT (created_at)", "", "lane, id")}, named("after_pk_lane_id_no_index")},
 		{"minimal", []string{"CREATE TABLE rowshape_minimal (id BINARY(16) NOT NULL PRIMARY KEY, topic VARCHAR(255) NOT NULL, payload LONGBLOB NOT NULL, metadata BLOB)"},
