@@ -80,7 +80,10 @@ type Config struct {
 	// of one topic with Run; one message at a time, each after the previous one's ack,
 	// through a router), while the other keys of the run do not wait for them. A lane
 	// holds many keys (about keys ÷ Options.Lanes), so this is what keeps more than one
-	// call per lane on the wire to a target that takes time per call. 1 sends each run
+	// call per lane on the wire to a target that takes time per call: up to held lanes ×
+	// KeysInFlight calls (Run) or messages (router) at once, 64 × 16 = 1,024 with the
+	// defaults. After a key's row fails, the run starts no further key, so a target
+	// outage costs a lane at most KeysInFlight attempts per retry. 1 sends each run
 	// strictly in id order, one row (or Publish call) at a time, as StopLaneOnPoison
 	// always does. Defaults to KeysInFlightDefault.
 	KeysInFlight int

@@ -177,7 +177,7 @@
 // (store.Release, no attempt counted), releases every lane lease and leaves the members
 // table, so other forwarders take the lanes over at their next membership check (about
 // MaxPollInterval) instead of after LeaseTTL. A lane handed over to another forwarder is
-// given up the same way, after its message in flight settles. All of it is bounded by
+// given up the same way, after its messages in flight settle. All of it is bounded by
 // ShutdownTimeout, even with a database that stops answering: at the deadline store
 // calls are cancelled, messages still in the handler keep their claims until they
 // expire (and may be sent again), and leases not released expire. With row locks (the

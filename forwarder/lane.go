@@ -3,6 +3,7 @@ package forwarder
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -28,6 +29,7 @@ type laneWorker struct {
 	parts     []keyPart       // the head run cut by ordering key; reused
 	partOf    map[string]int  // ordering key → its index in parts; reused
 	res       runResult       // what sending the run did; reused
+	halt      atomic.Bool     // a key of the run failed: start no further key
 	notBefore time.Time       // a failed head is due again then (Config.Now's clock)
 	idle      time.Duration   // the next idle pause (doubles up to MaxPollInterval)
 	errDelay  time.Duration   // the next pause after a failed statement
@@ -109,16 +111,22 @@ func (w *laneWorker) step() bool {
 }
 
 // settle deletes the sent rows of the run (one fenced statement) and records the
-// failures that ended its keys; false when the lane must stop. The lane waits for the
-// earliest failed row to be due again.
+// failures that ended its keys; false when the lane must stop. The lane's next head is
+// the failed row with the smallest id: the lane waits until it is due (not at all when
+// it was parked: the rows behind it may be due at once).
 func (w *laneWorker) settle(res *runResult) bool {
 	if len(res.sent) > 0 && !w.complete(res.sent) {
 		return false
 	}
+	var head outbox.ID
 	w.notBefore = time.Time{}
 	for i := range res.fails {
-		if !w.fail(&res.fails[i]) {
+		retryAt, ok := w.fail(&res.fails[i])
+		if !ok {
 			return false
+		}
+		if id := res.fails[i].rec.ID; head.IsZero() || id.Compare(head) < 0 {
+			head, w.notBefore = id, retryAt
 		}
 	}
 	return !res.stop
@@ -143,32 +151,29 @@ func (w *laneWorker) complete(ids []outbox.ID) bool {
 }
 
 // fail records the failed attempt of a row that ended its key's part of the run (or
-// parks it); a row that is retried holds the lane until it is due again.
-func (w *laneWorker) fail(res *rowFailure) bool {
+// parks it) and returns when it is due again (zero when parked); ok is false when the
+// lane must stop.
+func (w *laneWorker) fail(res *rowFailure) (retryAt time.Time, ok bool) {
 	f, cfg, rec := w.f, w.cfg, res.rec
 	attempts := rec.Attempts + 1
 	park := res.park || attempts >= cfg.MaxAttempts
-	var retryAt time.Time
 	if !park {
 		retryAt = f.now().Add(cfg.backoff(attempts))
 	}
-	ok := w.fenced("fail", func(ctx context.Context) (bool, error) {
+	ok = w.fenced("fail", func(ctx context.Context) (bool, error) {
 		return f.store.Fail(ctx, outbox.FailParams{ID: rec.ID, Now: f.now(), Error: res.reason, RetryAt: retryAt, Park: park, Lane: w.lane, Lease: w.h.token})
 	})
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
 	f.countFailure(w.lane, park)
-	switch {
-	case park:
+	if park {
 		w.log("Row parked", nil, watermill.LogFields{"row_id": rec.ID.String(), "attempts": attempts, "reason": res.reason})
 		if cfg.StopLaneOnPoison {
 			f.stopLane(w.lane)
 		}
-	case w.notBefore.IsZero() || retryAt.Before(w.notBefore):
-		w.notBefore = retryAt
 	}
-	return true
+	return retryAt, true
 }
 
 // fenced runs a store update fenced by the lease, retrying database errors while the

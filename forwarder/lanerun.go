@@ -38,28 +38,29 @@ type keyPart struct {
 }
 
 // sendRun sends the head run: each ordering key's rows in id order, up to KeysInFlight
-// keys at once, and says what was delivered.
+// keys at once, and says what was delivered. After a key's row fails to be sent (the
+// target may be down), no further key of the run is started: a target outage costs a
+// lane at most KeysInFlight attempts per retry, not one per key of the run.
 func (w *laneWorker) sendRun() *runResult {
 	parts := w.split()
-	if n := min(len(parts), w.cfg.KeysInFlight); n == 1 {
-		for i := range parts {
+	w.halt.Store(false)
+	var next atomic.Int32
+	work := func() {
+		for !w.halt.Load() {
+			i := int(next.Add(1)) - 1
+			if i >= len(parts) {
+				return
+			}
 			w.sendPart(&parts[i])
 		}
-	} else {
-		// n-1 helpers and the worker itself take the parts in turn.
-		var next atomic.Int32
-		work := func() {
-			for i := int(next.Add(1)) - 1; i < len(parts); i = int(next.Add(1)) - 1 {
-				w.sendPart(&parts[i])
-			}
-		}
-		var wg sync.WaitGroup
-		for range n - 1 {
-			wg.Go(work)
-		}
-		work()
-		wg.Wait()
 	}
+	// n-1 helpers and the worker itself take the parts in turn.
+	var wg sync.WaitGroup
+	for range min(len(parts), w.cfg.KeysInFlight) - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
 	return w.collect(parts)
 }
 
@@ -67,35 +68,38 @@ func (w *laneWorker) sendRun() *runResult {
 // storage). With KeysInFlight 1 or StopLaneOnPoison the whole run is one part, sent in
 // id order: a parked row then stops the rows after it, whatever their key.
 func (w *laneWorker) split() []keyPart {
-	parts := w.parts[:0]
-	add := func() int {
-		if len(parts) < cap(parts) {
-			parts = parts[:len(parts)+1]
-			p := &parts[len(parts)-1]
-			*p = keyPart{rows: p.rows[:0], msgs: p.msgs[:0]}
-		} else {
-			parts = append(parts, keyPart{})
-		}
-		return len(parts) - 1
-	}
+	w.parts = w.parts[:0]
 	if w.cfg.KeysInFlight == 1 || w.cfg.StopLaneOnPoison {
-		p := &parts[add()]
+		p := w.nextPart()
 		for i := range w.head {
 			p.rows = append(p.rows, i)
 		}
-	} else {
-		clear(w.partOf)
-		for i := range w.head {
-			k, ok := w.partOf[w.head[i].OrderingKey]
-			if !ok {
-				k = add()
-				w.partOf[w.head[i].OrderingKey] = k
-			}
-			parts[k].rows = append(parts[k].rows, i)
-		}
+		return w.parts
 	}
-	w.parts = parts
-	return parts
+	clear(w.partOf)
+	for i := range w.head {
+		k, ok := w.partOf[w.head[i].OrderingKey]
+		if !ok {
+			k = len(w.parts)
+			w.nextPart()
+			w.partOf[w.head[i].OrderingKey] = k
+		}
+		w.parts[k].rows = append(w.parts[k].rows, i)
+	}
+	return w.parts
+}
+
+// nextPart appends an empty part to w.parts, reusing the storage of an earlier run's.
+func (w *laneWorker) nextPart() *keyPart {
+	if len(w.parts) == cap(w.parts) {
+		w.parts = append(w.parts, keyPart{})
+		return &w.parts[len(w.parts)-1]
+	}
+	w.parts = w.parts[:len(w.parts)+1]
+	p := &w.parts[len(w.parts)-1]
+	clear(p.msgs[:cap(p.msgs)]) // the last run's messages: let them go
+	*p = keyPart{rows: p.rows[:0], msgs: p.msgs[:0]}
+	return p
 }
 
 // collect gathers the parts' outcomes into the worker's reused runResult.
@@ -154,6 +158,7 @@ func (w *laneWorker) emitPart(p *keyPart) {
 			return
 		case !acked:
 			p.fail = &rowFailure{rec: rec, reason: d.failure()}
+			w.halt.Store(true)
 			return
 		}
 		p.sent = k + 1
@@ -245,6 +250,7 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 	w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": rec.ID.String()})
 	p.sent = failed
 	p.fail = &rowFailure{rec: rec, reason: err.Error()}
+	w.halt.Store(true)
 	return false
 }
 

@@ -25,7 +25,7 @@ type laneHold struct {
 	deadline  atomic.Int64
 	ctx       context.Context
 	cancel    context.CancelFunc // fencing: the lease is lost, stop at once
-	release   chan struct{}      // handover: stop after the message in flight
+	release   chan struct{}      // handover: stop after the messages in flight
 	releasing bool
 	lost      bool
 	done      chan struct{}
