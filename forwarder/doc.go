@@ -110,12 +110,13 @@
 // sent rows are sent again by the lane's next owner (at least once). Duplicates are
 // bounded by what was in flight: one run per lane.
 //
-// A nacked row ends its key's part of the run (the rows of other keys in that run are
-// still sent); it is retried after its backoff, holding the lane's next runs until it is
-// due, while the rows behind it wait. After MaxAttempts it is parked and the lane
-// continues, or,
-// with StopLaneOnPoison, the lane stops until the parked row is requeued or purged; with
-// HoldParkedKeys only later rows of the parked row's ordering key are held.
+// A nacked row ends its key's part of the run: the keys of that run already being sent
+// go on, and no further key of the run is started (a target outage costs a lane at most
+// KeysInFlight attempts per retry). The row is retried after its backoff, holding the
+// lane's next runs until it is due. After MaxAttempts it is parked and the lane
+// continues, or, with StopLaneOnPoison, the lane stops until the parked row is requeued
+// or purged; with HoldParkedKeys only later rows of the parked row's ordering key are
+// held.
 //
 // # Database pool
 //
