@@ -249,3 +249,39 @@ func TestKeysInFlightBound(t *testing.T) {
 		})
 	}
 }
+
+// A target that fails every call: the first failure stops the run from starting more
+// keys, so one retry cycle of a lane tries at most KeysInFlight keys (40 keys of one
+// lane, KeysInFlight 4), not every key of its run.
+func TestKeysInFlightOutageAttempts(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		tb = tb.withLanes(t, 1)
+		var recs []outbox.Record
+		for k := range 40 {
+			key := fmt.Sprintf("k%d", k)
+			recs = append(recs, tb.row("t", key, key+"/0"))
+		}
+		tb.insert(t, recs...)
+		rec := newRecorder()
+		var mu sync.Mutex
+		tried := map[string]bool{}
+		rec.setFail(func(_ string, m *message.Message) error {
+			mu.Lock()
+			tried[m.UUID] = true
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			return errors.New("broker down")
+		})
+		cfg := fastConfig()
+		cfg.KeysInFlight = 4
+		cfg.RetryBase, cfg.RetryMax, cfg.RetryJitter = time.Hour, time.Hour, -1 // one cycle only
+		runForwarder(t, tb.store, Targets{"": rec}, cfg)
+		waitFor(t, 10*time.Second, "a first attempt", func() bool { mu.Lock(); defer mu.Unlock(); return len(tried) > 0 })
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(tried) > 4 {
+			t.Fatalf("%d keys tried in the lane's first cycle of an outage, want at most KeysInFlight (4)", len(tried))
+		}
+	})
+}
