@@ -46,3 +46,20 @@ func InboxStatements(s *Store, consumer, uuid string, at time.Time, limit int) m
 		"prune": bind(s.q.inboxPrune, a, int64(limit)),
 	}
 }
+
+// WritesByIDs returns the store's writes by id list (token complete, lane-run complete,
+// renew, release) for ids, as it sends them (values inlined, without a lease fence),
+// for EXPLAIN.
+func WritesByIDs(s *Store, ids []outbox.ID, token outbox.Token, now time.Time, lane int) map[string]string {
+	at, err := timeArg(now)
+	if err != nil {
+		panic(err)
+	}
+	list := " AND id IN (" + string(appendIDList(nil, ids)) + ")"
+	return map[string]string{
+		"complete":      bind(s.q.complete+list, token[:], at),
+		"complete lane": bind(s.q.completeLane+list, int64(lane)),
+		"renew":         bind(s.q.renewUpdate+list, at, token[:], at),
+		"release":       bind(s.q.release+list, token[:], at),
+	}
+}
