@@ -139,6 +139,19 @@ func (tb *table) row(dest, key, body string) outbox.Record {
 	return r
 }
 
+// keyedRows builds per rows for each of keys ordering keys named prefix0, prefix1, ...,
+// interleaved in sequence order, each with the payload "key/seq" (seqOf).
+func (tb *table) keyedRows(prefix string, keys, per int) []outbox.Record {
+	var recs []outbox.Record
+	for i := range per {
+		for k := range keys {
+			key := fmt.Sprintf("%s%d", prefix, k)
+			recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
+		}
+	}
+	return recs
+}
+
 func (tb *table) insert(t testing.TB, recs ...outbox.Record) {
 	t.Helper()
 	ctx := context.Background()

@@ -37,6 +37,13 @@ func runForwarder(t *testing.T, st outbox.Store, targets Targets, cfg Config) *F
 	return f
 }
 
+// forEachMode runs fn as a subtest with Run (direct) and with a router.
+func forEachMode(t *testing.T, fn func(t *testing.T, direct bool)) {
+	for _, direct := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Run", false: "router"}[direct], func(t *testing.T) { fn(t, direct) })
+	}
+}
+
 // startEither starts a forwarder with Run (direct) or in a router.
 func startEither(t *testing.T, direct bool, st outbox.Store, targets Targets, cfg Config) {
 	t.Helper()
@@ -72,14 +79,12 @@ func checkKeyOrder(t *testing.T, got []published) (next map[string]int, dups int
 // sent, each in its order; KeysInFlight 1 sends the run in id order instead, so the
 // slow row holds them all.
 func TestKeysOfALaneFlowPastASlowKey(t *testing.T) {
-	for _, direct := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Run", false: "router"}[direct], func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, tb *table) {
-				t.Run("KeysInFlight=default", func(t *testing.T) { testSlowKey(t, tb.withLanes(t, 1), direct, 0) })
-				t.Run("KeysInFlight=1", func(t *testing.T) { testSlowKey(t, tb.withLanes(t, 1), direct, 1) })
-			})
+	forEachMode(t, func(t *testing.T, direct bool) {
+		forEachDialect(t, func(t *testing.T, tb *table) {
+			t.Run("KeysInFlight=default", func(t *testing.T) { testSlowKey(t, tb.withLanes(t, 1), direct, 0) })
+			t.Run("KeysInFlight=1", func(t *testing.T) { testSlowKey(t, tb.withLanes(t, 1), direct, 1) })
 		})
-	}
+	})
 }
 
 func testSlowKey(t *testing.T, tb *table, direct bool, keysInFlight int) {
@@ -147,107 +152,97 @@ func countDistinct(t *testing.T, got []published) int {
 // are sent and deleted, the failed row's key waits behind it (nothing of it is sent
 // before it succeeds), and the retry keeps every key's order.
 func TestKeysOfALaneFailAlone(t *testing.T) {
-	for _, direct := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Run", false: "router"}[direct], func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, tb *table) {
-				tb = tb.withLanes(t, 1)
-				const keys, per = 6, 4
-				var recs []outbox.Record
-				for i := range per {
-					for k := range keys {
-						key := fmt.Sprintf("k%d", k)
-						recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
-					}
-				}
-				tb.insert(t, recs...)
-				flaky := recs[keys+2] // k2/1: the second row of k2
-				rec := newRecorder()
-				var mu sync.Mutex
-				othersAtFirstRetry := -1
-				rec.setFail(func(_ string, m *message.Message) error {
-					if m.UUID != flaky.MessageUUID {
-						return nil
-					}
-					if row, _ := RowFromContext(m.Context()); row.Attempts == 0 {
-						// Fail once the other keys, in flight beside this one, are through:
-						// under a lane sent strictly in id order they never get through.
-						deadline := time.Now().Add(5 * time.Second)
-						for len(rec.got()) < (keys-1)*per+1 && time.Now().Before(deadline) {
-							time.Sleep(time.Millisecond)
-						}
-						return errors.New("partition unavailable")
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if othersAtFirstRetry < 0 {
-						othersAtFirstRetry = len(rec.got())
-					}
+	forEachMode(t, func(t *testing.T, direct bool) {
+		forEachDialect(t, func(t *testing.T, tb *table) {
+			tb = tb.withLanes(t, 1)
+			const keys, per = 6, 4
+			recs := tb.keyedRows("k", keys, per)
+			tb.insert(t, recs...)
+			flaky := recs[keys+2] // k2/1: the second row of k2
+			rec := newRecorder()
+			var mu sync.Mutex
+			othersAtFirstRetry := -1
+			rec.setFail(func(_ string, m *message.Message) error {
+				if m.UUID != flaky.MessageUUID {
 					return nil
-				})
-				cfg := fastConfig()
-				cfg.RetryBase, cfg.RetryMax, cfg.RetryJitter = 100*time.Millisecond, 100*time.Millisecond, -1
-				startEither(t, direct, tb.store, Targets{"": rec}, cfg)
-				waitFor(t, 20*time.Second, "every row", func() bool { return countDistinct(t, rec.got()) == len(recs) })
-				next, _ := checkKeyOrder(t, rec.got())
-				for k := range keys {
-					if key := fmt.Sprintf("k%d", k); next[key] != per {
-						t.Fatalf("key %s: %d rows, want %d", key, next[key], per)
+				}
+				if row, _ := RowFromContext(m.Context()); row.Attempts == 0 {
+					// Fail once the other keys, in flight beside this one, are through:
+					// under a lane sent strictly in id order they never get through.
+					deadline := time.Now().Add(5 * time.Second)
+					for len(rec.got()) < (keys-1)*per+1 && time.Now().Before(deadline) {
+						time.Sleep(time.Millisecond)
 					}
+					return errors.New("partition unavailable")
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				// Before the first retry, every row of the other keys (and k2/0) was sent:
-				// the failure held its key only.
-				if want := (keys-1)*per + 1; othersAtFirstRetry < want {
-					t.Fatalf("%d rows sent before the failed row's first retry, want at least %d (the other keys' rows)", othersAtFirstRetry, want)
+				if othersAtFirstRetry < 0 {
+					othersAtFirstRetry = len(rec.got())
 				}
-				waitFor(t, 10*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
+				return nil
 			})
+			cfg := fastConfig()
+			cfg.RetryBase, cfg.RetryMax, cfg.RetryJitter = 100*time.Millisecond, 100*time.Millisecond, -1
+			startEither(t, direct, tb.store, Targets{"": rec}, cfg)
+			waitFor(t, 20*time.Second, "every row", func() bool { return countDistinct(t, rec.got()) == len(recs) })
+			next, _ := checkKeyOrder(t, rec.got())
+			for k := range keys {
+				if key := fmt.Sprintf("k%d", k); next[key] != per {
+					t.Fatalf("key %s: %d rows, want %d", key, next[key], per)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			// Before the first retry, every row of the other keys (and k2/0) was sent:
+			// the failure held its key only.
+			if want := (keys-1)*per + 1; othersAtFirstRetry < want {
+				t.Fatalf("%d rows sent before the failed row's first retry, want at least %d (the other keys' rows)", othersAtFirstRetry, want)
+			}
+			waitFor(t, 10*time.Second, "rows deleted", func() bool { return tb.rows(t) == 0 })
 		})
-	}
+	})
 }
 
 // KeysInFlight bounds the calls (Run) or messages (router) of one lane on the wire: 40
 // keys of one lane into a target that takes 20 ms per call, KeysInFlight 4: at most 4
 // at once, and more than one.
 func TestKeysInFlightBound(t *testing.T) {
-	for _, direct := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Run", false: "router"}[direct], func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, tb *table) {
-				tb = tb.withLanes(t, 1)
-				var recs []outbox.Record
-				for k := range 40 {
-					key := fmt.Sprintf("k%d", k)
-					recs = append(recs, tb.row("t", key, key+"/0"), tb.row("t", key, key+"/1"))
-				}
-				tb.insert(t, recs...)
-				rec := newRecorder()
-				var mu sync.Mutex
-				now, peak := 0, 0
-				rec.setFail(func(string, *message.Message) error {
-					mu.Lock()
-					now++
-					peak = max(peak, now)
-					mu.Unlock()
-					time.Sleep(20 * time.Millisecond)
-					mu.Lock()
-					now--
-					mu.Unlock()
-					return nil
-				})
-				cfg := fastConfig()
-				cfg.KeysInFlight = 4
-				startEither(t, direct, tb.store, Targets{"": rec}, cfg)
-				waitFor(t, 20*time.Second, "every row", func() bool { return countDistinct(t, rec.got()) == len(recs) })
-				checkKeyOrder(t, rec.got())
+	forEachMode(t, func(t *testing.T, direct bool) {
+		forEachDialect(t, func(t *testing.T, tb *table) {
+			tb = tb.withLanes(t, 1)
+			var recs []outbox.Record
+			for k := range 40 {
+				key := fmt.Sprintf("k%d", k)
+				recs = append(recs, tb.row("t", key, key+"/0"), tb.row("t", key, key+"/1"))
+			}
+			tb.insert(t, recs...)
+			rec := newRecorder()
+			var mu sync.Mutex
+			now, peak := 0, 0
+			rec.setFail(func(string, *message.Message) error {
 				mu.Lock()
-				defer mu.Unlock()
-				if peak > 4 || peak < 2 {
-					t.Fatalf("at most %d calls on the wire at once, want 2 to 4 (KeysInFlight 4)", peak)
-				}
+				now++
+				peak = max(peak, now)
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				mu.Lock()
+				now--
+				mu.Unlock()
+				return nil
 			})
+			cfg := fastConfig()
+			cfg.KeysInFlight = 4
+			startEither(t, direct, tb.store, Targets{"": rec}, cfg)
+			waitFor(t, 20*time.Second, "every row", func() bool { return countDistinct(t, rec.got()) == len(recs) })
+			checkKeyOrder(t, rec.got())
+			mu.Lock()
+			defer mu.Unlock()
+			if peak > 4 || peak < 2 {
+				t.Fatalf("at most %d calls on the wire at once, want 2 to 4 (KeysInFlight 4)", peak)
+			}
 		})
-	}
+	})
 }
 
 // A target that fails every call: the first failure stops the run from starting more

@@ -38,14 +38,7 @@ func testOrderedPerKeyOrder(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		rec := newRecorder()
 		const keys, per = 20, 25
-		var recs []outbox.Record
-		for i := range per {
-			for k := range keys {
-				key := fmt.Sprintf("key-%d", k)
-				recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
-			}
-		}
-		tb.insert(t, recs...)
+		tb.insert(t, tb.keyedRows("key-", keys, per)...)
 		cfg := fastConfig()
 		_, _ = start(t, tb.store, Targets{"": rec}, cfg)
 		waitFor(t, 30*time.Second, "all messages", func() bool { return len(rec.got()) >= keys*per })

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 // Verification (no finding): per-key order under churn. Two forwarders share 8 lanes
@@ -21,13 +19,7 @@ import (
 func TestReviewPerKeyOrderUnderChurn(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, tb *table) {
 		const keys, per = 16, 20
-		var recs []outbox.Record
-		for i := range per {
-			for k := range keys {
-				key := fmt.Sprintf("key-%d", k)
-				recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d", key, i)))
-			}
-		}
+		recs := tb.keyedRows("key-", keys, per)
 		tb.insert(t, recs...)
 
 		var mu sync.Mutex
