@@ -27,9 +27,11 @@ type Inbox interface {
 	// transaction and reports whether it is new (first). When another transaction has
 	// recorded the same pair and not finished, the call waits for it: after its commit it
 	// reports false (a duplicate), after its rollback it records the pair and reports
-	// true. A duplicate leaves the transaction usable (nothing is written). An empty,
-	// non-UTF-8, NUL-holding or too long (InboxKeyMaxBytes) consumer or UUID is an error
-	// wrapping ErrInvalidRecord; nothing is written.
+	// true. A duplicate adds one to the entry's count of duplicates (in tx: the count
+	// stands only if tx commits; InboxConsumerStats.Duplicates) and leaves the
+	// transaction usable. An empty, non-UTF-8, NUL-holding or too long
+	// (InboxKeyMaxBytes) consumer or UUID is an error wrapping ErrInvalidRecord; nothing
+	// is written.
 	RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (first bool, err error)
 
 	// PruneInbox deletes up to limit entries processed before before, oldest first, in
@@ -62,6 +64,10 @@ type InboxConsumerStats struct {
 	Consumer string
 	Entries  int64
 	Oldest   time.Time // processedAt of its oldest entry
+	// Duplicates is how many deliveries of its entries' messages were skipped as
+	// already applied (committed duplicates, summed over the entries the table keeps:
+	// an entry pruned by retention takes its count with it).
+	Duplicates int64
 }
 
 // InboxStats is a snapshot of the inbox table.
@@ -74,6 +80,16 @@ func (s InboxStats) Entries() int64 {
 	var n int64
 	for _, c := range s.Consumers {
 		n += c.Entries
+	}
+	return n
+}
+
+// Duplicates returns the table's total of skipped duplicates (see
+// InboxConsumerStats.Duplicates).
+func (s InboxStats) Duplicates() int64 {
+	var n int64
+	for _, c := range s.Consumers {
+		n += c.Duplicates
 	}
 	return n
 }

@@ -64,15 +64,20 @@
 //
 // Recording is one INSERT (one round trip) in a transaction the handler opens anyway: an
 // insert into the primary key and the age index. A duplicate costs one insert attempt
-// that finds the key (no other read) and an empty commit. The table size does not slow
-// it down: the insert walks the primary key only (TestExplainInbox in the dialect
-// packages). BenchmarkHandlerTx measures the handler transaction with and without the
-// inbox, and for a duplicate.
+// that finds the key and raises its count in place (MySQL ON DUPLICATE KEY UPDATE,
+// PostgreSQL ON CONFLICT DO UPDATE; SQL Server catches the duplicate key and runs one
+// UPDATE by key), then a commit. The table size does not slow it down: the insert walks
+// the primary key only (TestExplainInbox in the dialect packages). BenchmarkHandlerTx
+// measures the handler transaction with and without the inbox, and for a duplicate.
 //
 // # Observability
 //
 // [Config.Metrics] counts recorded messages and skipped duplicates per consumer;
-// [Inbox.Counters] returns the same counts of this process. The Cleaner reports what it
-// pruned and, after each round, the table's entries per consumer (InboxStats). The
-// outboxctl stats command prints the table's entries per consumer and their oldest age.
+// [Inbox.Counters] returns the same counts of this process. The table keeps a count too,
+// over every process: a duplicate adds one to its entry in the duplicate's transaction,
+// so it stands exactly when that transaction commits (a crash before the commit counts
+// nothing, and the redelivery that follows is counted instead), and an entry pruned by
+// retention takes its count with it. outbox.Inbox.InboxStats returns per consumer the
+// entries, their oldest age and the duplicates they skipped; the Cleaner reports them
+// to Metrics after each round, and the outboxctl stats command prints them.
 package inbox

@@ -252,6 +252,14 @@ func TestDuplicateStorm(t *testing.T) {
 		if c.Recorded != uint64(n) || c.Duplicates != uint64(2*n) || e.OutboxRows(t) != n {
 			t.Fatalf("counters %+v, %d outgoing; want %d recorded, %d duplicates, %d outgoing", c, e.OutboxRows(t), n, 2*n, n)
 		}
+		// The table counts the same duplicates (what outboxctl stats shows).
+		st, err := e.Store.InboxStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Entries() != int64(n) || st.Duplicates() != int64(2*n) {
+			t.Fatalf("InboxStats: %d entries, %d duplicates; want %d, %d", st.Entries(), st.Duplicates(), n, 2*n)
+		}
 	})
 }
 

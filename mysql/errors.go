@@ -16,6 +16,7 @@ const (
 	erLockDeadlock    = 1213
 	erCheckRead       = 1020 // MariaDB 11.6+ snapshot isolation: record changed since read
 	erDupEntry        = 1062
+	erBadField        = 1054 // unknown column
 
 	// MySQL 8.0.24+ closes a connection idle past wait_timeout with this error, which
 	// the next statement reads.

@@ -9,14 +9,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 var _ outbox.Inbox = (*Store)(nil)
 
-// RecordInbox inserts (consumer, messageUUID) in tx; a duplicate key (1062) means the
-// pair was recorded and committed before: it reports false and tx stays usable (MySQL
-// rolls back only the failed statement).
+// RecordInbox inserts (consumer, messageUUID) in tx with ON DUPLICATE KEY UPDATE: a
+// pair recorded and committed before gets its duplicates count raised instead (2 rows
+// affected), and RecordInbox reports false.
 func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
 	if err := checkInboxEntry(consumer, messageUUID); err != nil {
 		return false, fmt.Errorf("mysql: record inbox: %w", err)
@@ -28,14 +30,25 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	if err != nil {
 		return false, fmt.Errorf("mysql: record inbox: processedAt: %w", err)
 	}
-	_, err = execB(ctx, tx, s.q.inboxRecord, consumer, messageUUID, at)
-	switch {
-	case err == nil:
-		return true, nil
-	case isDupEntry(err):
-		return false, nil
+	res, err := execB(ctx, tx, s.q.inboxRecord, consumer, messageUUID, at)
+	if err != nil {
+		return false, wrapErr("record inbox", inboxSchemaHint(err, s.q.inbox))
 	}
-	return false, wrapErr("record inbox", err)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, wrapErr("record inbox", err)
+	}
+	return n == 1, nil
+}
+
+// inboxSchemaHint names the fix when the inbox table predates its duplicates column
+// (error 1054, unknown column).
+func inboxSchemaHint(err error, table string) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erBadField && strings.Contains(me.Message, "duplicates") {
+		return fmt.Errorf("%w (the inbox table predates its duplicates column: ALTER TABLE %s ADD COLUMN duplicates BIGINT NOT NULL DEFAULT 0)", err, table)
+	}
+	return err
 }
 
 func checkInboxEntry(consumer, messageUUID string) error {
@@ -66,7 +79,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	rows, err := queryB(ctx, s.db, s.q.inboxStats)
 	if err != nil {
-		return outbox.InboxStats{}, wrapErr("inbox stats", err)
+		return outbox.InboxStats{}, wrapErr("inbox stats", inboxSchemaHint(err, s.q.inbox))
 	}
 	defer rows.Close()
 	var st outbox.InboxStats
@@ -74,7 +87,7 @@ func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	for rows.Next() {
 		var c outbox.InboxConsumerStats
 		var consumer []byte
-		if err := rows.Scan(&consumer, &c.Entries, &oldest); err != nil {
+		if err := rows.Scan(&consumer, &c.Entries, &oldest, &c.Duplicates); err != nil {
 			return outbox.InboxStats{}, wrapErr("inbox stats", err)
 		}
 		c.Consumer = string(consumer)

@@ -160,9 +160,13 @@ func newQueries(n names) *queries {
 	// that row's lock; then it fails with 1062 (committed) or succeeds (rolled back).
 	// INSERT IGNORE would turn other errors into warnings too.
 	q.inbox = n.inbox
-	q.inboxRecord = fmt.Sprintf(`INSERT INTO %s (consumer, message_uuid, processed_at) VALUES (?, ?, ?)`, n.inbox)
+	// A new pair is inserted (1 row affected); a committed one gets duplicates + 1 (2
+	// rows affected, whatever clientFoundRows says: the row always changes). The insert
+	// waits for a concurrent inserter's lock on the key and then sees its outcome.
+	q.inboxRecord = fmt.Sprintf(`INSERT INTO %s (consumer, message_uuid, processed_at) VALUES (?, ?, ?) `+
+		`ON DUPLICATE KEY UPDATE duplicates = duplicates + 1`, n.inbox)
 	q.inboxPrune = fmt.Sprintf(`DELETE FROM %s WHERE processed_at < ? ORDER BY processed_at LIMIT ?`, n.inbox)
-	q.inboxStats = fmt.Sprintf(`SELECT consumer, COUNT(*), CAST(MIN(processed_at) AS CHAR) FROM %s GROUP BY consumer`, n.inbox)
+	q.inboxStats = fmt.Sprintf(`SELECT consumer, COUNT(*), CAST(MIN(processed_at) AS CHAR), CAST(SUM(duplicates) AS SIGNED) FROM %s GROUP BY consumer`, n.inbox)
 	q.inboxLeaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE name = 'retention' FOR UPDATE`, n.inboxLease)
 	q.inboxLeaseInsert = fmt.Sprintf(`INSERT INTO %s (name, owner, token, expires_at) VALUES ('retention', ?, ?, ?)`, n.inboxLease)
 	q.inboxLeaseSet = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE name = 'retention'`, n.inboxLease)

@@ -177,12 +177,14 @@ func createStatements(n names) []string {
 
 // inboxTable: one row per (consumer, message UUID) applied. Both are VARBINARY so that
 // they compare byte for byte (utf8mb4_bin pads spaces). Recording is an insert into the
-// primary key; ix_processed_at serves retention (oldest first) and nothing else.
+// primary key (a duplicate adds one to its entry's duplicates); ix_processed_at serves
+// retention (oldest first) and nothing else.
 func inboxTable(n names) string {
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
     consumer     VARBINARY(%[2]d) NOT NULL,
     message_uuid VARBINARY(%[2]d) NOT NULL,
     processed_at DATETIME(6)     NOT NULL,
+    duplicates   BIGINT          NOT NULL DEFAULT 0,
     PRIMARY KEY (consumer, message_uuid),
     KEY ix_processed_at (processed_at)
 ) ENGINE=InnoDB`, n.inbox, outbox.InboxKeyMaxBytes)

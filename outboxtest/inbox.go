@@ -13,6 +13,7 @@ import (
 func inboxTests() []subtest {
 	return []subtest{
 		{"FirstThenDuplicate", testInboxFirstThenDuplicate},
+		{"DuplicatesCountedOnCommit", testInboxDuplicatesCounted},
 		{"RolledBackIsForgotten", testInboxRolledBack},
 		{"SameTxAsBusinessAndOutbox", testInboxSameTx},
 		{"ConcurrentWaitsForCommit", func(t *testing.T, h Harness) { testInboxConcurrent(t, h, true) }},
@@ -61,6 +62,15 @@ func (e *env) record(in outbox.Inbox, consumer, uuid string, now time.Time) bool
 }
 
 func (e *env) inboxEntries(in outbox.Inbox) map[string]int64 {
+	return e.inboxStat(in, func(c outbox.InboxConsumerStats) int64 { return c.Entries })
+}
+
+func (e *env) inboxDuplicates(in outbox.Inbox) map[string]int64 {
+	return e.inboxStat(in, func(c outbox.InboxConsumerStats) int64 { return c.Duplicates })
+}
+
+// inboxStat maps each consumer of InboxStats to f of its stats.
+func (e *env) inboxStat(in outbox.Inbox, f func(outbox.InboxConsumerStats) int64) map[string]int64 {
 	e.t.Helper()
 	st, err := in.InboxStats(e.ctx)
 	if err != nil {
@@ -68,7 +78,7 @@ func (e *env) inboxEntries(in outbox.Inbox) map[string]int64 {
 	}
 	out := map[string]int64{}
 	for _, c := range st.Consumers {
-		out[c.Consumer] = c.Entries
+		out[c.Consumer] = f(c)
 	}
 	return out
 }
@@ -92,6 +102,36 @@ func testInboxFirstThenDuplicate(t *testing.T, h Harness) {
 	}
 	if got := e.inboxEntries(in); got["billing"] != 2 || got["shipping"] != 1 {
 		t.Fatalf("entries = %v; want billing 2, shipping 1", got)
+	}
+	if got := e.inboxDuplicates(in); got["billing"] != 2 || got["shipping"] != 0 {
+		t.Fatalf("duplicates = %v; want billing 2, shipping 0", got)
+	}
+}
+
+// A duplicate is counted on its entry when its transaction commits, not when it rolls
+// back; the counts survive until the entry is pruned, and a pruned entry's count goes
+// with it.
+func testInboxDuplicatesCounted(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	e.record(in, "c", "m", at(0))
+	e.record(in, "c", "old", at(-time.Hour))
+	for range 3 {
+		e.record(in, "c", "m", at(time.Hour))
+	}
+	e.record(in, "c", "old", at(time.Hour))
+	tx := e.begin()
+	first, err := in.RecordInbox(e.ctx, tx, "c", "m", at(time.Hour))
+	wantBool(t, "duplicate in a transaction rolled back", first, err, false)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.inboxDuplicates(in); got["c"] != 4 {
+		t.Fatalf("duplicates = %v; want c 4 (3 + 1 committed, 1 rolled back)", got)
+	}
+	n, err := in.PruneInbox(e.ctx, at(-time.Minute), 10)
+	wantN(t, "PruneInbox", n, err, 1)
+	if got := e.inboxDuplicates(in); got["c"] != 3 {
+		t.Fatalf("duplicates after pruning an entry counted once = %v; want c 3", got)
 	}
 }
 
@@ -181,6 +221,10 @@ func testInboxConcurrent(t *testing.T, h Harness, commit bool) {
 	if n := e.rawCount(e.opts.InboxTable()); n != 1 {
 		t.Fatalf("%d inbox entries; want 1", n)
 	}
+	want := map[bool]int64{true: 1, false: 0}[commit]
+	if got := e.inboxDuplicates(in); got["c"] != want {
+		t.Fatalf("duplicates = %v; want c %d", got, want)
+	}
 }
 
 // Keys compare byte for byte: case, trailing spaces, accents and the longest key.
@@ -252,6 +296,9 @@ func testInboxStats(t *testing.T, h Harness) {
 	e.record(in, "b", "2", at(5*time.Second))
 	e.record(in, "B", "1", at(time.Second))
 	e.record(in, "a", "1", at(3*time.Second))
+	e.record(in, "b", "1", at(6*time.Second))
+	e.record(in, "b", "2", at(6*time.Second))
+	e.record(in, "b", "2", at(7*time.Second))
 	st, err = in.InboxStats(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -259,19 +306,20 @@ func testInboxStats(t *testing.T, h Harness) {
 	want := []outbox.InboxConsumerStats{
 		{Consumer: "B", Entries: 1, Oldest: at(time.Second)},
 		{Consumer: "a", Entries: 1, Oldest: at(3 * time.Second)},
-		{Consumer: "b", Entries: 2, Oldest: at(2*time.Second + time.Microsecond)},
+		{Consumer: "b", Entries: 2, Oldest: at(2*time.Second + time.Microsecond), Duplicates: 3},
 	}
 	if len(st.Consumers) != len(want) {
 		t.Fatalf("stats = %+v; want %+v", st.Consumers, want)
 	}
 	for i := range want {
 		g := st.Consumers[i]
-		if g.Consumer != want[i].Consumer || g.Entries != want[i].Entries || !g.Oldest.Equal(want[i].Oldest) || g.Oldest.Location() != time.UTC {
+		if g.Consumer != want[i].Consumer || g.Entries != want[i].Entries || g.Duplicates != want[i].Duplicates ||
+			!g.Oldest.Equal(want[i].Oldest) || g.Oldest.Location() != time.UTC {
 			t.Fatalf("stats[%d] = %+v; want %+v (UTC)", i, g, want[i])
 		}
 	}
-	if st.Entries() != 4 {
-		t.Fatalf("Entries() = %d; want 4", st.Entries())
+	if st.Entries() != 4 || st.Duplicates() != 3 {
+		t.Fatalf("Entries() = %d, Duplicates() = %d; want 4, 3", st.Entries(), st.Duplicates())
 	}
 }
 

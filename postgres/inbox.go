@@ -3,16 +3,21 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 var _ outbox.Inbox = (*Store)(nil)
 
-// RecordInbox inserts (consumer, messageUUID) in tx with ON CONFLICT DO NOTHING: no row
-// inserted means a committed duplicate.
+// RecordInbox inserts (consumer, messageUUID) in tx with ON CONFLICT DO UPDATE: a pair
+// recorded and committed before gets its duplicates count raised instead (RETURNING
+// gives at least 1), and RecordInbox reports false.
 func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
 	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
 		return false, fmt.Errorf("postgres: record inbox: %w", err)
@@ -23,12 +28,21 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	if tx == nil {
 		return false, fmt.Errorf("postgres: %w: record inbox: tx is nil", outbox.ErrInvalidArgument)
 	}
-	res, err := tx.ExecContext(ctx, s.q.inboxRecord, consumer, messageUUID, processedAt)
-	if err != nil {
-		return false, wrap("record inbox", err)
+	var dups int64
+	if err := tx.QueryRowContext(ctx, s.q.inboxRecord, consumer, messageUUID, processedAt).Scan(&dups); err != nil {
+		return false, wrap("record inbox", inboxSchemaHint(err, s.q.n.inbox))
 	}
-	n, err := res.RowsAffected()
-	return n == 1, wrap("record inbox", err)
+	return dups == 0, nil
+}
+
+// inboxSchemaHint names the fix when the inbox table predates its duplicates column
+// (SQLSTATE 42703, undefined column).
+func inboxSchemaHint(err error, table string) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42703" && strings.Contains(pe.Message, "duplicates") {
+		return fmt.Errorf("%w (the inbox table predates its duplicates column: ALTER TABLE %s ADD COLUMN duplicates bigint NOT NULL DEFAULT 0)", err, table)
+	}
+	return err
 }
 
 // PruneInbox deletes up to limit entries processed before before, oldest first.
@@ -43,13 +57,13 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.inboxStats)
 	if err != nil {
-		return outbox.InboxStats{}, wrap("inbox stats", err)
+		return outbox.InboxStats{}, wrap("inbox stats", inboxSchemaHint(err, s.q.n.inbox))
 	}
 	defer rows.Close()
 	var st outbox.InboxStats
 	for rows.Next() {
 		var c outbox.InboxConsumerStats
-		if err := rows.Scan(&c.Consumer, &c.Entries, &c.Oldest); err != nil {
+		if err := rows.Scan(&c.Consumer, &c.Entries, &c.Oldest, &c.Duplicates); err != nil {
 			return outbox.InboxStats{}, wrap("inbox stats", err)
 		}
 		c.Oldest = c.Oldest.UTC()

@@ -225,17 +225,20 @@ func newQueries(n names) *queries {
 	q.members = `SELECT owner FROM ` + n.nodes + ` WHERE expires_at > ` + dbNow + ` ORDER BY owner COLLATE "C"`
 	q.leave = `DELETE FROM ` + n.nodes + ` WHERE owner = $1`
 
-	// ON CONFLICT DO NOTHING waits for a concurrent inserter of the same key and then
-	// sees its outcome: nothing inserted after its commit, our row after its rollback.
-	// Unlike a unique violation it leaves the transaction usable.
-	q.inboxRecord = `INSERT INTO ` + n.inbox + ` (consumer, message_uuid, processed_at) VALUES ($1, $2, $3) ` +
-		`ON CONFLICT (consumer, message_uuid) DO NOTHING`
-	// Entries are never updated, so their ctids are stable: "= ANY(ARRAY(...))" pins the
-	// delete to a TID scan of the batch the age index yields, in the generic plan too (a
-	// join let the generic plan scan the whole table).
+	// ON CONFLICT waits for a concurrent inserter of the same key and then sees its
+	// outcome: after its commit the entry's duplicates is raised (RETURNING gives at
+	// least 1), after its rollback our row is inserted (RETURNING gives 0). Unlike a
+	// unique violation it leaves the transaction usable.
+	q.inboxRecord = `INSERT INTO ` + n.inbox + ` AS i (consumer, message_uuid, processed_at) VALUES ($1, $2, $3) ` +
+		`ON CONFLICT (consumer, message_uuid) DO UPDATE SET duplicates = i.duplicates + 1 RETURNING duplicates`
+	// "= ANY(ARRAY(...))" pins the delete to a TID scan of the batch the age index
+	// yields, in the generic plan too (a join let the generic plan scan the whole
+	// table). The batch's rows are locked (FOR UPDATE) within the statement, so their
+	// ctids stay put; a version a duplicate wrote after the statement's snapshot is not
+	// visible to it and waits for the next batch.
 	q.inboxPrune = `DELETE FROM ` + n.inbox + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + n.inbox +
 		` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
-	q.inboxStats = `SELECT consumer, count(*), min(processed_at) FROM ` + n.inbox + ` GROUP BY consumer ORDER BY consumer`
+	q.inboxStats = `SELECT consumer, count(*), min(processed_at), sum(duplicates)::bigint FROM ` + n.inbox + ` GROUP BY consumer ORDER BY consumer`
 	// $1 owner, $2 token, $3 now, $4 until.
 	q.inboxAcquire = `INSERT INTO ` + n.inboxLease + ` AS l (name, owner, token, expires_at) VALUES ('retention', $1, $2, $4) ` +
 		`ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, ` +

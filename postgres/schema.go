@@ -175,12 +175,14 @@ func createScript(n names) string {
     expires_at timestamptz NOT NULL
 );
 `, n.nodes)
-	// The inbox: recording is an insert into the primary key (ON CONFLICT DO NOTHING);
-	// COLLATE "C" compares and sorts bytes, as Go does. The age index serves retention.
+	// The inbox: recording is an insert into the primary key (a duplicate adds one to
+	// its entry's duplicates: ON CONFLICT DO UPDATE); COLLATE "C" compares and sorts
+	// bytes, as Go does. The age index serves retention.
 	fmt.Fprintf(&b, `CREATE TABLE IF NOT EXISTS %s (
     consumer     text COLLATE "C" NOT NULL,
     message_uuid text COLLATE "C" NOT NULL,
     processed_at timestamptz NOT NULL,
+    duplicates   bigint      NOT NULL DEFAULT 0,
     PRIMARY KEY (consumer, message_uuid)
 );
 `, n.inbox)

@@ -14,7 +14,8 @@ import (
 var _ outbox.Inbox = (*Store)(nil)
 
 // RecordInbox inserts (consumer, messageUUID) in tx; a duplicate key (2627/2601) means
-// the pair was recorded and committed before: it reports false and tx stays usable.
+// the pair was recorded and committed before: the entry's duplicates is raised (a
+// second statement, for duplicates only), it reports false and tx stays usable.
 func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
 	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
 		return false, fmt.Errorf("sqlserver: record inbox: %w", err)
@@ -25,15 +26,18 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	if tx == nil {
 		return false, invalidf("record inbox", "tx is nil")
 	}
-	_, err := tx.ExecContext(ctx, s.q.inboxRecord, named("consumer", []byte(consumer)),
-		named("uuid", []byte(messageUUID)), named("at", processedAt.UTC()))
+	key := []any{named("consumer", []byte(consumer)), named("uuid", []byte(messageUUID))}
+	_, err := tx.ExecContext(ctx, s.q.inboxRecord, append(key, named("at", processedAt.UTC()))...)
 	switch {
 	case err == nil:
 		return true, nil
-	case isDuplicateKey(err):
-		return false, nil
+	case !isDuplicateKey(err):
+		return false, wrap("record inbox", err)
 	}
-	return false, wrap("record inbox", err)
+	if _, err := tx.ExecContext(ctx, s.q.inboxDuplicate, key...); err != nil {
+		return false, wrap("record inbox: count the duplicate", err)
+	}
+	return false, nil
 }
 
 // PruneInbox deletes up to limit entries processed before before, oldest first.
@@ -56,7 +60,7 @@ func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	for rows.Next() {
 		var c outbox.InboxConsumerStats
 		var consumer []byte
-		if err := rows.Scan(&consumer, &c.Entries, &c.Oldest); err != nil {
+		if err := rows.Scan(&consumer, &c.Entries, &c.Oldest, &c.Duplicates); err != nil {
 			return outbox.InboxStats{}, wrap("inbox stats", err)
 		}
 		c.Consumer, c.Oldest = string(consumer), c.Oldest.UTC()

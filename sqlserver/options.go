@@ -84,7 +84,7 @@ type names struct {
 	lanesPK, ckLanesLane, ckLanesToken string
 	nodesPK                            string
 
-	inbox, inboxPK, inboxAgeIx               string
+	inbox, inboxPK, inboxAgeIx, inboxDupDf   string
 	inboxLease, inboxLeasePK, ckInboxLeaseTk string
 }
 
@@ -115,6 +115,7 @@ func newNames(o outbox.Options) names {
 	n.inbox = o.InboxTable()
 	n.inboxPK = n.inbox + "_pk"
 	n.inboxAgeIx = n.inbox + "_ix_age"
+	n.inboxDupDf = n.inbox + "_df_duplicates"
 	n.inboxLease = o.InboxLeaseTable()
 	n.inboxLeasePK = n.inboxLease + "_pk"
 	n.ckInboxLeaseTk = n.inboxLease + "_ck_token"
@@ -129,7 +130,7 @@ func (n names) all() []string {
 		n.dfMessageUUID, n.dfTransport, n.dfAttempts, n.dfStatus,
 		n.ixPending, n.ixParked, n.ixClaims,
 		n.lanesPK, n.ckLanesLane, n.ckLanesToken, n.nodesPK,
-		n.inbox, n.inboxPK, n.inboxAgeIx, n.inboxLease, n.inboxLeasePK, n.ckInboxLeaseTk,
+		n.inbox, n.inboxPK, n.inboxAgeIx, n.inboxDupDf, n.inboxLease, n.inboxLeasePK, n.ckInboxLeaseTk,
 	}
 }
 

@@ -76,8 +76,8 @@ type queries struct {
 	laneRun, parkedKeys, failLane            string
 	leases, heartbeat, members, leave        string
 
-	inboxRecord, inboxPrune, inboxStats string
-	inboxAcquire, inboxRelease          string
+	inboxRecord, inboxDuplicate, inboxPrune, inboxStats string
+	inboxAcquire, inboxRelease                          string
 }
 
 func newQueries(n names) *queries {
@@ -182,11 +182,14 @@ func newQueries(n names) *queries {
 	// the duplicate error statement-level, so the caller's transaction stays usable
 	// whatever its session sets.
 	q.inboxRecord = "SET XACT_ABORT OFF;\nINSERT INTO " + inbox + " (consumer, message_uuid, processed_at) VALUES (@consumer, @uuid, @at)"
+	// After a duplicate (2627/2601) the committed entry counts it. The key was just
+	// found committed; retention may have deleted it since, and then nothing is counted.
+	q.inboxDuplicate = "UPDATE " + inbox + " SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid"
 	// Oldest first (DELETE TOP alone takes any rows): the batch is a CTE ordered by the
 	// age index; READPAST passes over entries an open transaction holds.
 	q.inboxPrune = counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM ") + inbox +
 		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch"
-	q.inboxStats = "SELECT consumer, COUNT_BIG(*), MIN(processed_at) FROM " + inbox + " GROUP BY consumer"
+	q.inboxStats = "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " GROUP BY consumer"
 	q.inboxAcquire = counted("MERGE ") + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
 		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END " +

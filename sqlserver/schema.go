@@ -132,6 +132,7 @@ func inboxStatements(n names) []string {
 			"        consumer varbinary(" + size + ") NOT NULL,\n" +
 			"        message_uuid varbinary(" + size + ") NOT NULL,\n" +
 			"        processed_at datetimeoffset(7) NOT NULL,\n" +
+			"        duplicates bigint NOT NULL CONSTRAINT " + q(n.inboxDupDf) + " DEFAULT 0,\n" +
 			"        CONSTRAINT " + q(n.inboxPK) + " PRIMARY KEY CLUSTERED (consumer, message_uuid)\n" +
 			"    );",
 		"IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = " + quoteString(n.inboxAgeIx) +

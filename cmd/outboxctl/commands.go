@@ -80,11 +80,12 @@ type statsJSON struct {
 	Inbox        *inboxJSON `json:"inbox"` // null: no inbox table (created by schema apply)
 }
 
-// inboxJSON is the size of the inbox table. Skipped duplicates are counted by the
-// consuming processes (inbox.Metrics), not stored: they are not here.
+// inboxJSON is the size of the inbox table and the duplicates its entries skipped
+// (outbox.InboxConsumerStats.Duplicates: committed duplicates of the entries kept).
 type inboxJSON struct {
 	Table        string              `json:"table"`
 	Entries      int64               `json:"entries"`
+	Duplicates   int64               `json:"duplicates"`
 	OldestAgeSec float64             `json:"oldest_age_seconds"`
 	Consumers    []inboxConsumerJSON `json:"consumers"`
 }
@@ -92,6 +93,7 @@ type inboxJSON struct {
 type inboxConsumerJSON struct {
 	Consumer     string    `json:"consumer"`
 	Entries      int64     `json:"entries"`
+	Duplicates   int64     `json:"duplicates"`
 	Oldest       time.Time `json:"oldest"`
 	OldestAgeSec float64   `json:"oldest_age_seconds"`
 }
@@ -110,10 +112,11 @@ func inboxStats(ctx context.Context, t *target, now time.Time) (*inboxJSON, erro
 	if err != nil {
 		return nil, t.explain(ctx, err)
 	}
-	out := &inboxJSON{Table: qualified(t.o, t.o.options().InboxTable()), Entries: st.Entries(), Consumers: []inboxConsumerJSON{}}
+	out := &inboxJSON{Table: qualified(t.o, t.o.options().InboxTable()), Entries: st.Entries(), Duplicates: st.Duplicates(), Consumers: []inboxConsumerJSON{}}
 	for _, c := range st.Consumers {
 		a := max(0, now.Sub(c.Oldest).Seconds())
-		out.Consumers = append(out.Consumers, inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Oldest: c.Oldest.UTC(), OldestAgeSec: a})
+		out.Consumers = append(out.Consumers, inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Duplicates: c.Duplicates,
+			Oldest: c.Oldest.UTC(), OldestAgeSec: a})
 		out.OldestAgeSec = max(out.OldestAgeSec, a)
 	}
 	return out, nil
@@ -124,14 +127,14 @@ func printInbox(w io.Writer, in *inboxJSON) error {
 		fmt.Fprintln(w, "\ninbox     no table (outboxctl schema apply creates it)")
 		return nil
 	}
-	fmt.Fprintf(w, "\ninbox %s: %d entries, oldest %s\n", in.Table, in.Entries, age(in.OldestAgeSec))
+	fmt.Fprintf(w, "\ninbox %s: %d entries, %d duplicates skipped, oldest %s\n", in.Table, in.Entries, in.Duplicates, age(in.OldestAgeSec))
 	if len(in.Consumers) == 0 {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tENTRIES\tOLDEST AGE")
+	fmt.Fprintln(tw, "CONSUMER\tENTRIES\tDUPLICATES\tOLDEST AGE")
 	for _, c := range in.Consumers {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", c.Consumer, c.Entries, age(c.OldestAgeSec))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", c.Consumer, c.Entries, c.Duplicates, age(c.OldestAgeSec))
 	}
 	return tw.Flush()
 }

@@ -3,7 +3,7 @@
 //
 //	outboxctl schema print  -dialect mysql -prefix orders_          # the DDL, for a migration tool
 //	outboxctl schema apply  -dsn "$DSN" -prefix orders_             # run it (idempotent)
-//	outboxctl stats         -dsn "$DSN" -prefix orders_ [--json]    # backlog per lane, parked, inbox size
+//	outboxctl stats         -dsn "$DSN" -prefix orders_ [--json]    # backlog per lane, parked, inbox size and duplicates
 //	outboxctl parked list   -dsn "$DSN" [-key K] [-limit N] [--json]
 //	outboxctl parked requeue -dsn "$DSN" (-id ID[,ID...] | -key K | -all)
 //	outboxctl parked purge   -dsn "$DSN" (-id ID[,ID...] | -key K | -all) --yes
@@ -16,15 +16,15 @@
 //
 // stats counts eligible rows: pending, due, and not claimed by a live forwarder. Rows
 // scheduled for later (outbox_deliver_at) and rows in flight are not in the backlog. It
-// also prints the inbox table's entries per consumer and the oldest one's age (package
-// inbox); duplicates skipped are counted by the consuming processes (inbox.Metrics),
-// not stored, so they are not here.
+// also prints the inbox table's entries per consumer, the duplicates they skipped and
+// the oldest one's age (package inbox). Duplicates are counted on their entry when the
+// duplicate's transaction commits, so the figure covers the entries retention keeps.
 //
 // --json prints one object: stats {table, dialect, lanes, now, eligible, parked,
 // oldest_age_seconds, max_lane, lane_mismatch, per_lane: [{lane (-1 = unordered), ordered,
 // eligible, oldest_eligible, oldest_age_seconds}], inbox: null (no table) or {table,
-// entries, oldest_age_seconds, consumers: [{consumer, entries, oldest,
-// oldest_age_seconds}]}}; parked list [{id, message_uuid, lane,
+// entries, duplicates, oldest_age_seconds, consumers: [{consumer, entries, duplicates,
+// oldest, oldest_age_seconds}]}}; parked list [{id, message_uuid, lane,
 // ordering_key, transport, destination, message_type, tenant_id, attempts, last_error,
 // created_at, deliver_at, body_bytes}]; parked requeue/purge {action, rows}; leases {now,
 // members, held: {owner: lanes}, leases: [{lane, owner, token, expires_at, live}]}. Times

@@ -227,13 +227,13 @@ func TestLive(t *testing.T) {
 			if st.MaxLane == nil || *st.MaxLane != max(k1, k2) || st.LaneMismatch {
 				t.Errorf("max lane %v, mismatch %v", st.MaxLane, st.LaneMismatch)
 			}
-			// Three inbox entries of two consumers.
+			// Three inbox entries of two consumers; billing's m1 delivered twice more.
 			if in, ok := store.(outbox.Inbox); ok {
 				tx, err := db.Begin()
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, e := range [][2]string{{"billing", "m1"}, {"billing", "m2"}, {"shipping", "m1"}} {
+				for _, e := range [][2]string{{"billing", "m1"}, {"billing", "m2"}, {"shipping", "m1"}, {"billing", "m1"}, {"billing", "m1"}} {
 					if _, err := in.RecordInbox(ctx, tx, e[0], e[1], time.Now().Add(-time.Hour)); err != nil {
 						t.Fatal(err)
 					}
@@ -243,12 +243,13 @@ func TestLive(t *testing.T) {
 				}
 				st = decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t))
 				if st.Inbox == nil || st.Inbox.Entries != 3 || len(st.Inbox.Consumers) != 2 || st.Inbox.Consumers[0].Consumer != "billing" ||
-					st.Inbox.Consumers[0].Entries != 2 || st.Inbox.OldestAgeSec < 3500 {
+					st.Inbox.Consumers[0].Entries != 2 || st.Inbox.OldestAgeSec < 3500 ||
+					st.Inbox.Duplicates != 2 || st.Inbox.Consumers[0].Duplicates != 2 || st.Inbox.Consumers[1].Duplicates != 0 {
 					t.Fatalf("inbox stats: %+v", st.Inbox)
 				}
 			}
 			table := ctl(t, with("stats")...).ok(t).stdout
-			for _, w := range []string{"backlog   6 eligible rows", "LANE", "unordered", "parked    0 rows", "3 entries", "CONSUMER", "billing"} {
+			for _, w := range []string{"backlog   6 eligible rows", "LANE", "unordered", "parked    0 rows", "3 entries, 2 duplicates skipped", "CONSUMER", "DUPLICATES", "billing"} {
 				if !strings.Contains(table, w) {
 					t.Errorf("stats table lacks %q:\n%s", w, table)
 				}

@@ -6,8 +6,10 @@
 //	cleaner, err := inbox.NewCleaner(store, inbox.CleanerConfig{Metrics: c}, logger)
 //
 // Metrics (namespace "outbox", subsystem "inbox" by default): recorded_total and
-// duplicates_total (counters, by consumer), pruned_total (counter), entries (gauge by
-// consumer, sampled by the cleaner after each round).
+// duplicates_total (counters of this process, by consumer), pruned_total (counter),
+// entries and stored_duplicates (gauges by consumer, sampled from the table by the
+// cleaner after each round: the entries kept and the duplicates they skipped, over
+// every process).
 package prometheus
 
 import (
@@ -38,7 +40,7 @@ type Config struct {
 type Collector struct {
 	recorded, duplicates *prom.CounterVec
 	pruned               prom.Counter
-	entries              *prom.GaugeVec
+	entries, storedDups  *prom.GaugeVec
 
 	mu        sync.Mutex
 	consumers map[string]bool // consumers with an entries series
@@ -66,9 +68,10 @@ func New(reg prom.Registerer, cfg Config) (*Collector, error) {
 		duplicates: prom.NewCounterVec(prom.CounterOpts(opts("duplicates_total", "Messages acked without running the handler: already applied.")), []string{"consumer"}),
 		pruned:     prom.NewCounter(prom.CounterOpts(opts("pruned_total", "Entries deleted by retention."))),
 		entries:    prom.NewGaugeVec(prom.GaugeOpts(opts("entries", "Entries in the inbox table (sampled by the cleaner).")), []string{"consumer"}),
+		storedDups: prom.NewGaugeVec(prom.GaugeOpts(opts("stored_duplicates", "Duplicates skipped, as counted on the inbox table's entries by every process (sampled by the cleaner).")), []string{"consumer"}),
 		consumers:  map[string]bool{},
 	}
-	for _, col := range []prom.Collector{c.recorded, c.duplicates, c.pruned, c.entries} {
+	for _, col := range []prom.Collector{c.recorded, c.duplicates, c.pruned, c.entries, c.storedDups} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -80,8 +83,8 @@ func (c *Collector) Recorded(consumer string)  { c.recorded.WithLabelValues(cons
 func (c *Collector) Duplicate(consumer string) { c.duplicates.WithLabelValues(consumer).Inc() }
 func (c *Collector) Pruned(n int)              { c.pruned.Add(float64(n)) }
 
-// Entries sets the entries gauge per consumer; a consumer gone from the table loses its
-// series.
+// Entries sets the entries and stored_duplicates gauges per consumer; a consumer gone
+// from the table loses its series.
 func (c *Collector) Entries(st outbox.InboxStats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -89,10 +92,12 @@ func (c *Collector) Entries(st outbox.InboxStats) {
 	for _, s := range st.Consumers {
 		seen[s.Consumer] = true
 		c.entries.WithLabelValues(s.Consumer).Set(float64(s.Entries))
+		c.storedDups.WithLabelValues(s.Consumer).Set(float64(s.Duplicates))
 	}
 	for consumer := range c.consumers {
 		if !seen[consumer] {
 			c.entries.DeleteLabelValues(consumer)
+			c.storedDups.DeleteLabelValues(consumer)
 		}
 	}
 	c.consumers = seen

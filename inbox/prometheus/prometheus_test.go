@@ -44,14 +44,15 @@ func TestCollector(t *testing.T) {
 	c.Duplicate("billing")
 	c.Duplicate("billing")
 	c.Pruned(5)
-	c.Entries(outbox.InboxStats{Consumers: []outbox.InboxConsumerStats{{Consumer: "billing", Entries: 7}, {Consumer: "old", Entries: 1}}})
-	c.Entries(outbox.InboxStats{Consumers: []outbox.InboxConsumerStats{{Consumer: "billing", Entries: 8}}})
+	c.Entries(outbox.InboxStats{Consumers: []outbox.InboxConsumerStats{{Consumer: "billing", Entries: 7}, {Consumer: "old", Entries: 1, Duplicates: 4}}})
+	c.Entries(outbox.InboxStats{Consumers: []outbox.InboxConsumerStats{{Consumer: "billing", Entries: 8, Duplicates: 3}}})
 	got := gather(t, reg)
 	want := map[string]float64{
-		"outbox_inbox_recorded_total{consumer=billing}":   1,
-		"outbox_inbox_duplicates_total{consumer=billing}": 2,
-		"outbox_inbox_pruned_total":                       5,
-		"outbox_inbox_entries{consumer=billing}":          8,
+		"outbox_inbox_recorded_total{consumer=billing}":    1,
+		"outbox_inbox_duplicates_total{consumer=billing}":  2,
+		"outbox_inbox_pruned_total":                        5,
+		"outbox_inbox_entries{consumer=billing}":           8,
+		"outbox_inbox_stored_duplicates{consumer=billing}": 3,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("series %v; want %v", got, want)

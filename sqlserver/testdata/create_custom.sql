@@ -73,6 +73,7 @@ IF OBJECT_ID(N'[messaging].[orders_inbox]', N'U') IS NULL
         consumer varbinary(400) NOT NULL,
         message_uuid varbinary(400) NOT NULL,
         processed_at datetimeoffset(7) NOT NULL,
+        duplicates bigint NOT NULL CONSTRAINT [orders_inbox_df_duplicates] DEFAULT 0,
         CONSTRAINT [orders_inbox_pk] PRIMARY KEY CLUSTERED (consumer, message_uuid)
     );
 

@@ -70,6 +70,7 @@ IF OBJECT_ID(N'[dbo].[inbox]', N'U') IS NULL
         consumer varbinary(400) NOT NULL,
         message_uuid varbinary(400) NOT NULL,
         processed_at datetimeoffset(7) NOT NULL,
+        duplicates bigint NOT NULL CONSTRAINT [inbox_df_duplicates] DEFAULT 0,
         CONSTRAINT [inbox_pk] PRIMARY KEY CLUSTERED (consumer, message_uuid)
     );
 

@@ -145,10 +145,12 @@ EXEC sp_releaseapplock @Resource = N'watermill-outbox/create-schema', @LockOwner
 SET XACT_ABORT OFF;
 INSERT INTO [dbo].[inbox] (consumer, message_uuid, processed_at) VALUES (@consumer, @uuid, @at)
 
+UPDATE [dbo].[inbox] SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid
+
 SET NOCOUNT OFF;
 WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch
 
-SELECT consumer, COUNT_BIG(*), MIN(processed_at) FROM [dbo].[inbox] GROUP BY consumer
+SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM [dbo].[inbox] GROUP BY consumer
 
 SET NOCOUNT OFF;
 MERGE [dbo].[inbox_lease] WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name WHEN MATCHED AND (l.expires_at <= @now OR l.token = CAST(@tok AS binary(16))) THEN UPDATE SET owner = @owner, token = CAST(@tok AS binary(16)), expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, CAST(@tok AS binary(16)), @until);
