@@ -104,4 +104,9 @@ var (
 	// ErrNoTx is returned by the inbox middleware when the message context carries no
 	// outbox transaction (publisher's Middleware must run around it).
 	ErrNoTx = errors.New("outbox: inbox: no outbox transaction in the message context")
+
+	// ErrSchemaOutdated: a table was created by an older version of the schema and lacks
+	// a column this version uses; the error names the ALTER that adds it (CHANGELOG
+	// lists them). CreateSchema never alters an existing table.
+	ErrSchemaOutdated = errors.New("outbox: table predates the current schema")
 )

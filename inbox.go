@@ -29,17 +29,23 @@ type Inbox interface {
 	// reports false (a duplicate), after its rollback it records the pair and reports
 	// true. A duplicate adds one to the entry's count of duplicates (in tx: the count
 	// stands only if tx commits; InboxConsumerStats.Duplicates) and leaves the
-	// transaction usable. An empty, non-UTF-8, NUL-holding or too long
-	// (InboxKeyMaxBytes) consumer or UUID is an error wrapping ErrInvalidRecord; nothing
-	// is written.
+	// transaction usable; it locks the entry until tx ends, so concurrent duplicates of
+	// one message wait for each other (and, under PostgreSQL's REPEATABLE READ or
+	// SERIALIZABLE or SQL Server's SNAPSHOT isolation, the later one fails with a
+	// serialization error, a RetryableError), and a transaction that records several
+	// known keys in another order than a concurrent one may deadlock. An empty,
+	// non-UTF-8, NUL-holding or too long (InboxKeyMaxBytes) consumer or UUID is an error
+	// wrapping ErrInvalidRecord; nothing is written. An inbox table created before the
+	// duplicates column gives an error wrapping ErrSchemaOutdated that names the ALTER.
 	RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (first bool, err error)
 
 	// PruneInbox deletes up to limit entries processed before before, oldest first, in
 	// autocommit, and returns how many it deleted.
 	PruneInbox(ctx context.Context, before time.Time, limit int) (int, error)
 
-	// InboxStats returns per consumer the number of entries and the oldest processedAt,
-	// ordered by consumer (bytewise).
+	// InboxStats returns per consumer the number of entries, the oldest processedAt and
+	// the duplicates the entries skipped, ordered by consumer (bytewise); an error
+	// wrapping ErrSchemaOutdated for a table without the duplicates column.
 	InboxStats(ctx context.Context) (InboxStats, error)
 
 	// AcquireInboxLease takes the table's retention lease (one row in

@@ -91,17 +91,20 @@ func (c *Cleaner) loop(ctx context.Context) {
 	}
 }
 
-// RunOnce takes (or renews) the lease and, while holding it, deletes expired entries
-// batch after batch until a batch comes back short. It returns how many it deleted;
-// 0 and nil when another instance holds the lease.
+// RunOnce takes (or renews) the lease and, while holding it, deletes the entries that
+// were expired when it started, batch after batch until a batch deletes nothing (a
+// batch may come back short while it passes over entries a duplicate's transaction
+// holds). It returns how many it deleted; 0 and nil when another instance holds the
+// lease.
 func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 	total := 0
+	before := c.config.Now().Add(-c.config.Window)
 	for {
 		held, err := c.acquire(ctx)
 		if err != nil || !held {
 			return total, err
 		}
-		n, err := c.store.PruneInbox(ctx, c.config.Now().Add(-c.config.Window), c.config.BatchSize)
+		n, err := c.store.PruneInbox(ctx, before, c.config.BatchSize)
 		total += n
 		if n > 0 {
 			c.config.Metrics.Pruned(n)
@@ -109,7 +112,7 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return total, fmt.Errorf("inbox: prune: %w", err)
 		}
-		if n < c.config.BatchSize {
+		if n == 0 {
 			c.report(ctx)
 			return total, nil
 		}

@@ -28,9 +28,10 @@
 // attempt, two consumers of one queue) do not both run the handler: the second one's
 // insert waits for the first transaction's lock on the key, then sees a duplicate when
 // the first committed, or records the message and runs the handler when the first
-// rolled back. (Under PostgreSQL's REPEATABLE READ or SERIALIZABLE the second one fails
-// with a serialization error instead, a retryable error: the router nacks it and its
-// redelivery is skipped as a duplicate. On MySQL/MariaDB three deliveries at once can
+// rolled back. Two duplicates of one message at once wait for each other too (each
+// raises the entry's count). (Under PostgreSQL's REPEATABLE READ or SERIALIZABLE, and
+// SQL Server's SNAPSHOT, the second one fails with a serialization error instead, a
+// retryable error: the router nacks it and its redelivery is skipped as a duplicate. On MySQL/MariaDB three deliveries at once can
 // meet a deadlock when the first rolls back: the victim is nacked the same way. A first
 // transaction that holds the key longer than the lock wait timeout makes the second
 // fail likewise.) A message without a UUID cannot be deduplicated: the middleware returns

@@ -22,7 +22,9 @@ type Inbox struct {
 	recorded, duplicates atomic.Uint64
 }
 
-// Counters are an Inbox's counts since it was built.
+// Counters are an Inbox's counts since it was built, taken when the middleware decides
+// (before the transaction commits): a duplicate whose commit fails is counted here and
+// not in the table (outbox.InboxConsumerStats.Duplicates).
 type Counters struct {
 	Recorded   uint64 // messages recorded, whose handler then ran
 	Duplicates uint64 // messages skipped as already applied

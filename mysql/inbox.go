@@ -35,8 +35,11 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 		return false, wrapErr("record inbox", inboxSchemaHint(err, s.q.inbox))
 	}
 	n, err := res.RowsAffected()
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, wrapErr("record inbox", err)
+	case n != 1 && n != 2:
+		return false, fmt.Errorf("mysql: record inbox: %d rows affected; want 1 (new) or 2 (duplicate)", n)
 	}
 	return n == 1, nil
 }
@@ -46,7 +49,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 func inboxSchemaHint(err error, table string) error {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == erBadField && strings.Contains(me.Message, "duplicates") {
-		return fmt.Errorf("%w (the inbox table predates its duplicates column: ALTER TABLE %s ADD COLUMN duplicates BIGINT NOT NULL DEFAULT 0)", err, table)
+		return fmt.Errorf("%w: %w (the inbox table has no duplicates column: ALTER TABLE %s ADD COLUMN duplicates BIGINT NOT NULL DEFAULT 0)", outbox.ErrSchemaOutdated, err, table)
 	}
 	return err
 }

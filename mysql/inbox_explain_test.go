@@ -16,7 +16,8 @@ import (
 // table's size: over a filled inbox (100,000 entries; 10,000,000 under
 // OUTBOX_TEST_FULL=1) the key lookup of the duplicate check is a single-row primary
 // key access, a new entry and a duplicate (an insert attempt that raises the found
-// entry's count) each take a handful of handler steps (no scan), and retention's DELETE walks ix_processed_at without sorting.
+// entry's count) each take a handful of handler steps (no scan), and retention's
+// DELETE walks ix_processed_at without sorting.
 func TestExplainInbox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: inserts 100,000 entries")

@@ -156,9 +156,6 @@ func newQueries(n names) *queries {
 	q.members = fmt.Sprintf(`SELECT owner FROM %s WHERE expires_at > %s ORDER BY owner`, n.nodes, dbNow)
 	q.leave = fmt.Sprintf(`DELETE FROM %s WHERE owner = ?`, n.nodes)
 
-	// A plain INSERT: a concurrent uncommitted insert of the same key makes it wait on
-	// that row's lock; then it fails with 1062 (committed) or succeeds (rolled back).
-	// INSERT IGNORE would turn other errors into warnings too.
 	q.inbox = n.inbox
 	// A new pair is inserted (1 row affected); a committed one gets duplicates + 1 (2
 	// rows affected, whatever clientFoundRows says: the row always changes). The insert

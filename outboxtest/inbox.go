@@ -18,6 +18,7 @@ func inboxTests() []subtest {
 		{"SameTxAsBusinessAndOutbox", testInboxSameTx},
 		{"ConcurrentWaitsForCommit", func(t *testing.T, h Harness) { testInboxConcurrent(t, h, true) }},
 		{"ConcurrentWaitsForRollback", func(t *testing.T, h Harness) { testInboxConcurrent(t, h, false) }},
+		{"ConcurrentDuplicatesBothCounted", testInboxConcurrentDuplicates},
 		{"ExactKeys", testInboxExactKeys},
 		{"InvalidKeys", testInboxInvalidKeys},
 		{"Prune", testInboxPrune},
@@ -224,6 +225,48 @@ func testInboxConcurrent(t *testing.T, h Harness, commit bool) {
 	want := map[bool]int64{true: 1, false: 0}[commit]
 	if got := e.inboxDuplicates(in); got["c"] != want {
 		t.Fatalf("duplicates = %v; want c %d", got, want)
+	}
+}
+
+// Two duplicates of a committed entry in open transactions at once: the second waits
+// for the first (both raise the entry's count), then both report a duplicate and both
+// counts stand.
+func testInboxConcurrentDuplicates(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	e.record(in, "c", "m", at(0))
+	tx1 := e.begin()
+	defer tx1.Rollback() //nolint:errcheck // committed below on success
+	first, err := in.RecordInbox(e.ctx, tx1, "c", "m", at(time.Second))
+	wantBool(t, "first duplicate", first, err, false)
+	type result struct {
+		first bool
+		err   error
+	}
+	done := make(chan result, 1)
+	tx2 := e.begin()
+	defer tx2.Rollback() //nolint:errcheck // committed below on success
+	go func() {
+		first, err := in.RecordInbox(e.ctx, tx2, "c", "m", at(2*time.Second))
+		done <- result{first, err}
+	}()
+	// The second may return at once or wait for the first's transaction, as the
+	// engine's locks go; either way the first commits now.
+	time.Sleep(100 * time.Millisecond)
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("second duplicate still waiting 30 s after the first's transaction ended")
+	}
+	wantBool(t, "second duplicate", r.first, r.err, false)
+	if err := tx2.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.inboxDuplicates(in); got["c"] != 2 {
+		t.Fatalf("duplicates = %v; want c 2", got)
 	}
 }
 

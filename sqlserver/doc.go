@@ -85,7 +85,8 @@
 // whose affected-row count the store reports start with SET NOCOUNT OFF, so a server
 // that turns NOCOUNT on for every session (its user options) cannot make changes look
 // refused. Snapshot update conflicts are possible only in a caller's SNAPSHOT
-// transaction during Insert. A pooled connection the server closed is recognised
+// transaction, during Insert or when RecordInbox counts a duplicate of an entry
+// another transaction committed after the snapshot began. A pooled connection the server closed is recognised
 // (outbox.StaleConnChecker: driver.ErrBadConn), so publisher.Outbox.Begin takes another.
 //
 // The store also implements [outbox.BatchLocker] (the forwarder's default for unordered

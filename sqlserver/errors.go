@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 
 	mssql "github.com/microsoft/go-mssqldb"
 
@@ -22,7 +23,18 @@ const (
 
 	errUniqueConstraint = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
 	errUniqueIndex      = 2601 // duplicate key row in a unique index
+	errInvalidColumn    = 207  // invalid column name
 )
+
+// inboxSchemaHint names the fix when the inbox table predates its duplicates column
+// (error 207, invalid column name).
+func inboxSchemaHint(err error, table string) error {
+	if e, ok := serverError(err); ok && hasNumber(e, errInvalidColumn) && strings.Contains(e.Message, "duplicates") {
+		return fmt.Errorf("%w: %w (the inbox table has no duplicates column: ALTER TABLE %s ADD duplicates bigint NOT NULL DEFAULT 0)",
+			outbox.ErrSchemaOutdated, err, table)
+	}
+	return err
+}
 
 // isDuplicateKey reports a unique key violation.
 func isDuplicateKey(err error) bool {

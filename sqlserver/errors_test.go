@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	mssql "github.com/microsoft/go-mssqldb"
@@ -87,5 +88,22 @@ func TestRetryDeadlockVictims(t *testing.T) {
 	_ = retry(ctx, func() error { calls++; return deadlock })
 	if calls != 1 {
 		t.Fatalf("cancelled context: %d calls", calls)
+	}
+}
+
+// An inbox table without the duplicates column: the error wraps ErrSchemaOutdated and
+// names the ALTER; other errors pass unchanged.
+func TestInboxSchemaHint(t *testing.T) {
+	missing := mssql.Error{Number: 207, Message: "Invalid column name 'duplicates'."}
+	err := inboxSchemaHint(fmt.Errorf("exec: %w", missing), "[dbo].[inbox]")
+	if !errors.Is(err, outbox.ErrSchemaOutdated) || !strings.Contains(err.Error(), "ALTER TABLE [dbo].[inbox] ADD duplicates bigint NOT NULL DEFAULT 0") {
+		t.Fatalf("hint = %v", err)
+	}
+	if e, ok := serverError(err); !ok || e.Number != 207 {
+		t.Fatalf("the driver error is not reachable through the hint: %v", err)
+	}
+	other := mssql.Error{Number: 207, Message: "Invalid column name 'other'."}
+	if got := inboxSchemaHint(other, "[dbo].[inbox]"); errors.Is(got, outbox.ErrSchemaOutdated) {
+		t.Fatalf("another missing column got the hint: %v", got)
 	}
 }

@@ -35,7 +35,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 		return false, wrap("record inbox", err)
 	}
 	if _, err := tx.ExecContext(ctx, s.q.inboxDuplicate, key...); err != nil {
-		return false, wrap("record inbox: count the duplicate", err)
+		return false, wrap("record inbox: count the duplicate", inboxSchemaHint(err, s.q.inbox))
 	}
 	return false, nil
 }
@@ -53,7 +53,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	rows, err := s.query(ctx, s.q.inboxStats)
 	if err != nil {
-		return outbox.InboxStats{}, wrap("inbox stats", err)
+		return outbox.InboxStats{}, wrap("inbox stats", inboxSchemaHint(err, s.q.inbox))
 	}
 	defer rows.Close()
 	var st outbox.InboxStats

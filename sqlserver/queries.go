@@ -76,6 +76,7 @@ type queries struct {
 	laneRun, parkedKeys, failLane            string
 	leases, heartbeat, members, leave        string
 
+	inbox                                               string // quoted, qualified
 	inboxRecord, inboxDuplicate, inboxPrune, inboxStats string
 	inboxAcquire, inboxRelease                          string
 }
@@ -175,6 +176,7 @@ func newQueries(n names) *queries {
 	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = @owner"
 
 	inbox := s + quoteIdent(n.inbox)
+	q.inbox = inbox
 	lease := s + quoteIdent(n.inboxLease)
 	// A plain INSERT: a concurrent uncommitted insert of the same key makes it wait on
 	// that key's lock; then it fails with 2627 (committed: a duplicate) or succeeds

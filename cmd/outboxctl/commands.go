@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -84,6 +85,7 @@ type statsJSON struct {
 // (outbox.InboxConsumerStats.Duplicates: committed duplicates of the entries kept).
 type inboxJSON struct {
 	Table        string              `json:"table"`
+	Outdated     string              `json:"outdated,omitempty"` // the table needs the ALTER named here; no figures then
 	Entries      int64               `json:"entries"`
 	Duplicates   int64               `json:"duplicates"`
 	OldestAgeSec float64             `json:"oldest_age_seconds"`
@@ -109,10 +111,14 @@ func inboxStats(ctx context.Context, t *target, now time.Time) (*inboxJSON, erro
 	if missingTable(err) {
 		return nil, nil
 	}
+	table := qualified(t.o, t.o.options().InboxTable())
+	if errors.Is(err, outbox.ErrSchemaOutdated) {
+		return &inboxJSON{Table: table, Outdated: err.Error(), Consumers: []inboxConsumerJSON{}}, nil
+	}
 	if err != nil {
 		return nil, t.explain(ctx, err)
 	}
-	out := &inboxJSON{Table: qualified(t.o, t.o.options().InboxTable()), Entries: st.Entries(), Duplicates: st.Duplicates(), Consumers: []inboxConsumerJSON{}}
+	out := &inboxJSON{Table: table, Entries: st.Entries(), Duplicates: st.Duplicates(), Consumers: []inboxConsumerJSON{}}
 	for _, c := range st.Consumers {
 		a := max(0, now.Sub(c.Oldest).Seconds())
 		out.Consumers = append(out.Consumers, inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Duplicates: c.Duplicates,
@@ -125,6 +131,10 @@ func inboxStats(ctx context.Context, t *target, now time.Time) (*inboxJSON, erro
 func printInbox(w io.Writer, in *inboxJSON) error {
 	if in == nil {
 		fmt.Fprintln(w, "\ninbox     no table (outboxctl schema apply creates it)")
+		return nil
+	}
+	if in.Outdated != "" {
+		fmt.Fprintf(w, "\ninbox %s: WARNING: %s\n", in.Table, in.Outdated)
 		return nil
 	}
 	fmt.Fprintf(w, "\ninbox %s: %d entries, %d duplicates skipped, oldest %s\n", in.Table, in.Entries, in.Duplicates, age(in.OldestAgeSec))

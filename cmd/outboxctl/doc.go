@@ -23,6 +23,7 @@
 // --json prints one object: stats {table, dialect, lanes, now, eligible, parked,
 // oldest_age_seconds, max_lane, lane_mismatch, per_lane: [{lane (-1 = unordered), ordered,
 // eligible, oldest_eligible, oldest_age_seconds}], inbox: null (no table) or {table,
+// outdated (set, with no figures, when the table lacks a column: the ALTER to run),
 // entries, duplicates, oldest_age_seconds, consumers: [{consumer, entries, duplicates,
 // oldest, oldest_age_seconds}]}}; parked list [{id, message_uuid, lane,
 // ordering_key, transport, destination, message_type, tenant_id, attempts, last_error,

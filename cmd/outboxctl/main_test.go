@@ -259,6 +259,21 @@ func TestLive(t *testing.T) {
 			if !strings.Contains(small, "WARNING") {
 				t.Errorf("no lane-count warning with -lanes 1:\n%s", small)
 			}
+			// An inbox table without the duplicates column (created by an older version):
+			// stats still shows the outbox and names the ALTER.
+			if st.Inbox != nil {
+				if _, err := db.ExecContext(ctx, "ALTER TABLE "+st.Inbox.Table+" DROP COLUMN duplicates"); err != nil {
+					t.Fatal(err)
+				}
+				old := ctl(t, with("stats")...).ok(t).stdout
+				if !strings.Contains(old, "backlog   6 eligible rows") || !strings.Contains(old, "WARNING") || !strings.Contains(old, "ADD COLUMN duplicates") {
+					t.Errorf("stats over an old inbox table:\n%s", old)
+				}
+				oj := decode[statsJSON](t, ctl(t, with("stats", "--json")...).ok(t))
+				if oj.Eligible != 6 || oj.Inbox == nil || !strings.Contains(oj.Inbox.Outdated, "ADD COLUMN duplicates") {
+					t.Errorf("stats --json over an old inbox table: %+v, inbox %+v", oj, oj.Inbox)
+				}
+			}
 
 			// Park two rows of k1 (the store's Park, as the forwarder does for poison rows).
 			recs, err := store.Read(ctx, outbox.ReadQuery{Lane: k1, Now: time.Now().Add(time.Minute)}, make([]outbox.Record, 10))
