@@ -378,6 +378,16 @@ func TestE2E_SIGKILLConsumer(t *testing.T) {
 		if kills == 0 {
 			t.Errorf("no kill landed before the run ended")
 		}
+		// The table counts the duplicates whose transaction committed: no more than the
+		// consumers saw (a kill between the decision and the commit counts only there).
+		st, err := e.Store.InboxStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Duplicates() > int64(dups) {
+			t.Errorf("the table counts %d duplicates; the consumers saw %d", st.Duplicates(), dups)
+		}
+		t.Logf("%s: the table counts %d of the %d duplicates the consumers saw", e.D.Name, st.Duplicates(), dups)
 	})
 }
 
