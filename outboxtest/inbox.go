@@ -184,17 +184,9 @@ func testInboxConcurrent(t *testing.T, h Harness, commit bool) {
 	first, err := in.RecordInbox(e.ctx, tx1, "c", "m", at(0))
 	wantBool(t, "first delivery", first, err, true)
 
-	type result struct {
-		first bool
-		err   error
-	}
-	done := make(chan result, 1)
 	tx2 := e.begin()
 	defer tx2.Rollback() //nolint:errcheck // committed below on success
-	go func() {
-		first, err := in.RecordInbox(e.ctx, tx2, "c", "m", at(time.Second))
-		done <- result{first, err}
-	}()
+	done := e.recordAsync(in, tx2, "c", "m", at(time.Second))
 	select {
 	case r := <-done:
 		_ = tx1.Rollback()
@@ -209,12 +201,7 @@ func testInboxConcurrent(t *testing.T, h Harness, commit bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("second delivery still waiting 30 s after the first's transaction ended")
-	}
+	r := e.awaitRecord(done, "second delivery")
 	wantBool(t, "second delivery", r.first, r.err, !commit)
 	if err := tx2.Commit(); err != nil {
 		t.Fatal(err)
@@ -238,29 +225,16 @@ func testInboxConcurrentDuplicates(t *testing.T, h Harness) {
 	defer tx1.Rollback() //nolint:errcheck // committed below on success
 	first, err := in.RecordInbox(e.ctx, tx1, "c", "m", at(time.Second))
 	wantBool(t, "first duplicate", first, err, false)
-	type result struct {
-		first bool
-		err   error
-	}
-	done := make(chan result, 1)
 	tx2 := e.begin()
 	defer tx2.Rollback() //nolint:errcheck // committed below on success
-	go func() {
-		first, err := in.RecordInbox(e.ctx, tx2, "c", "m", at(2*time.Second))
-		done <- result{first, err}
-	}()
+	done := e.recordAsync(in, tx2, "c", "m", at(2*time.Second))
 	// The second may return at once or wait for the first's transaction, as the
 	// engine's locks go; either way the first commits now.
 	time.Sleep(100 * time.Millisecond)
 	if err := tx1.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("second duplicate still waiting 30 s after the first's transaction ended")
-	}
+	r := e.awaitRecord(done, "second duplicate")
 	wantBool(t, "second duplicate", r.first, r.err, false)
 	if err := tx2.Commit(); err != nil {
 		t.Fatal(err)
@@ -268,6 +242,36 @@ func testInboxConcurrentDuplicates(t *testing.T, h Harness) {
 	if got := e.inboxDuplicates(in); got["c"] != 2 {
 		t.Fatalf("duplicates = %v; want c 2", got)
 	}
+}
+
+// recordResult is what a RecordInbox call run by recordAsync returned.
+type recordResult struct {
+	first bool
+	err   error
+}
+
+// recordAsync runs RecordInbox in tx on a goroutine (it may wait for another
+// transaction's lock) and delivers its result.
+func (e *env) recordAsync(in outbox.Inbox, tx *sql.Tx, consumer, uuid string, now time.Time) <-chan recordResult {
+	done := make(chan recordResult, 1)
+	go func() {
+		first, err := in.RecordInbox(e.ctx, tx, consumer, uuid, now)
+		done <- recordResult{first, err}
+	}()
+	return done
+}
+
+// awaitRecord waits for recordAsync's result, at most 30 s after the transaction it
+// waited for ended.
+func (e *env) awaitRecord(done <-chan recordResult, what string) recordResult {
+	e.t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("%s still waiting 30 s after the first's transaction ended", what)
+	}
+	return recordResult{}
 }
 
 // Keys compare byte for byte: case, trailing spaces, accents and the longest key.
