@@ -110,3 +110,9 @@ var (
 	// lists them). CreateSchema never alters an existing table.
 	ErrSchemaOutdated = errors.New("outbox: table predates the current schema")
 )
+
+// SchemaOutdated wraps a driver error that shows a table lacks a column (the dialects
+// recognise it) in ErrSchemaOutdated, naming alter, the statement that adds it.
+func SchemaOutdated(err error, alter string) error {
+	return fmt.Errorf("%w: %w (add the missing column: %s)", ErrSchemaOutdated, err, alter)
+}

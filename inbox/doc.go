@@ -31,10 +31,10 @@
 // rolled back. Two duplicates of one message at once wait for each other too (each
 // raises the entry's count). (Under PostgreSQL's REPEATABLE READ or SERIALIZABLE, and
 // SQL Server's SNAPSHOT, the second one fails with a serialization error instead, a
-// retryable error: the router nacks it and its redelivery is skipped as a duplicate. On MySQL/MariaDB three deliveries at once can
-// meet a deadlock when the first rolls back: the victim is nacked the same way. A first
-// transaction that holds the key longer than the lock wait timeout makes the second
-// fail likewise.) A message without a UUID cannot be deduplicated: the middleware returns
+// retryable error: the router nacks it and its redelivery is skipped as a duplicate.
+// On MySQL/MariaDB three deliveries at once can meet a deadlock when the first rolls
+// back: the victim is nacked the same way. A first transaction that holds the key
+// longer than the lock wait timeout makes the second fail likewise.) A message without a UUID cannot be deduplicated: the middleware returns
 // an error wrapping outbox.ErrNoMessageUUID (the router nacks it) and never runs the
 // handler.
 //

@@ -49,7 +49,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 func inboxSchemaHint(err error, table string) error {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == erBadField && strings.Contains(me.Message, "duplicates") {
-		return fmt.Errorf("%w: %w (the inbox table has no duplicates column: ALTER TABLE %s ADD COLUMN duplicates BIGINT NOT NULL DEFAULT 0)", outbox.ErrSchemaOutdated, err, table)
+		return outbox.SchemaOutdated(err, "ALTER TABLE "+table+" ADD COLUMN duplicates BIGINT NOT NULL DEFAULT 0")
 	}
 	return err
 }

@@ -40,7 +40,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 func inboxSchemaHint(err error, table string) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42703" && strings.Contains(pe.Message, "duplicates") {
-		return fmt.Errorf("%w: %w (the inbox table has no duplicates column: ALTER TABLE %s ADD COLUMN duplicates bigint NOT NULL DEFAULT 0)", outbox.ErrSchemaOutdated, err, table)
+		return outbox.SchemaOutdated(err, "ALTER TABLE "+table+" ADD COLUMN duplicates bigint NOT NULL DEFAULT 0")
 	}
 	return err
 }

@@ -30,8 +30,7 @@ const (
 // (error 207, invalid column name).
 func inboxSchemaHint(err error, table string) error {
 	if e, ok := serverError(err); ok && hasNumber(e, errInvalidColumn) && strings.Contains(e.Message, "duplicates") {
-		return fmt.Errorf("%w: %w (the inbox table has no duplicates column: ALTER TABLE %s ADD duplicates bigint NOT NULL DEFAULT 0)",
-			outbox.ErrSchemaOutdated, err, table)
+		return outbox.SchemaOutdated(err, "ALTER TABLE "+table+" ADD duplicates bigint NOT NULL DEFAULT 0")
 	}
 	return err
 }
