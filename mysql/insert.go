@@ -31,6 +31,10 @@ const (
 	// a statement saves nothing measurable, and the DSN's maxAllowedPacket (driver side,
 	// 64 MiB by default) is not visible to the store.
 	maxStatementBytes = 4 << 20
+	// chunkBytes is the smallest statement of a batch split into several: a batch
+	// larger than it goes in about four statements, each built while the previous one
+	// executes (and up to this size the driver reuses its packet buffer).
+	chunkBytes = 256 << 10
 	// defaultMaxPacket is assumed when the server's value cannot be read as a number.
 	defaultMaxPacket = 4 << 20
 )
@@ -86,53 +90,103 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	// The driver refuses (and drops the connection for) a packet above the DSN's
 	// maxAllowedPacket, which the store cannot see: statements stay under
 	// maxStatementBytes too, so any DSN value from 4 MiB up works.
-	budget := min(maxPacket, maxStatementBytes) - packetMargin
-
-	buf := insertPool.Get().(*insertBuf)
-	defer func() {
-		clear(buf.args) // drop references to the caller's bytes
-		buf.args = buf.args[:0]
-		if cap(buf.sql) <= 8<<20 { // keeps the buffers of up to ~40,000-row batches
-			insertPool.Put(buf)
-		}
-	}()
-	head := len(s.q.insert[inscols.All])
-	for start := 0; start < len(records); {
-		size, params, cols := head, 0, 0
-		end := start
-		for end < len(records) {
-			rowSize := rowEstimate(&records[end])
-			if end > start && (size+rowSize > budget || params+argsPerRow > maxPlaceholders) {
-				break
-			}
-			size += rowSize
-			params += argsPerRow
-			cols |= inscols.Of(&records[end])
-			end++
-		}
-		b := append(buf.sql[:0], s.q.insert[cols]...)
-		args := buf.args[:0]
-		// A small chunk goes as one text statement with its values inlined as hex
-		// literals: one round trip, where a prepared statement takes two (prepare,
-		// execute) unless the DSN sets interpolateParams.
-		inline := size <= inlineMaxBytes
-		if inline {
-			b = slices.Grow(b, size) // size bounds the text: one allocation at most
-		}
-		for i := start; i < end; i++ {
-			if i > start {
-				b = append(b, ',')
-			}
-			b, args = appendRow(b, args, &records[i], cols, inline)
-		}
-		buf.sql, buf.args = b, args
-		if _, err := tx.ExecContext(ctx, string(b), args...); err != nil {
-			return wrapErr(fmt.Sprintf("insert rows %d..%d of %d", start, end-1, len(records)), err)
-		}
-		clear(args)
-		start = end
+	total := 0
+	for i := range records {
+		total += rowEstimate(&records[i])
 	}
-	return nil
+	budget := min(max(total/4, chunkBytes), maxStatementBytes, maxPacket) - packetMargin
+
+	// Statements are built one ahead: while the server inserts one chunk, a goroutine
+	// encodes the next one into the other buffer, so that the encoding of all but the
+	// first chunk costs no time.
+	bufs := [2]*insertBuf{getInsertBuf(), nil}
+	defer func() { putInsertBuf(bufs[0]); putInsertBuf(bufs[1]) }()
+	c := s.nextChunk(records, 0, budget)
+	s.buildChunk(bufs[0], records, c)
+	for k := 0; ; k++ {
+		cur := bufs[k%2]
+		var next chunk
+		var built chan struct{}
+		if c.end < len(records) {
+			if bufs[1] == nil {
+				bufs[1] = getInsertBuf()
+			}
+			next = s.nextChunk(records, c.end, budget)
+			built = make(chan struct{})
+			go func(buf *insertBuf) {
+				defer close(built)
+				s.buildChunk(buf, records, next)
+			}(bufs[(k+1)%2])
+		}
+		// The text is passed without a copy: neither database/sql nor the driver keeps
+		// the query string past the call, and cur is not touched until it returns.
+		_, err := tx.ExecContext(ctx, unsafe.String(unsafe.SliceData(cur.sql), len(cur.sql)), cur.args...)
+		clear(cur.args)
+		if built != nil {
+			<-built // the other buffer is written by the goroutine until then
+		}
+		if err != nil {
+			return wrapErr(fmt.Sprintf("insert rows %d..%d of %d", c.start, c.end-1, len(records)), err)
+		}
+		if built == nil {
+			return nil
+		}
+		c = next
+	}
+}
+
+// chunk is the rows of one statement, records[start:end]: their estimated text size
+// and the optional columns they use.
+type chunk struct{ start, end, size, cols int }
+
+// nextChunk takes rows from start while the statement stays within budget bytes and
+// the placeholder limit (always at least one row).
+func (s *Store) nextChunk(records []outbox.Record, start, budget int) chunk {
+	c := chunk{start: start, end: start, size: len(s.q.insert[inscols.All])}
+	params := 0
+	for c.end < len(records) {
+		rowSize := rowEstimate(&records[c.end])
+		if c.end > start && (c.size+rowSize > budget || params+argsPerRow > maxPlaceholders) {
+			break
+		}
+		c.size += rowSize
+		params += argsPerRow
+		c.cols |= inscols.Of(&records[c.end])
+		c.end++
+	}
+	return c
+}
+
+// buildChunk writes c's INSERT into buf. A chunk up to inlineMaxBytes goes as one text
+// statement with its values inlined as hex literals: one round trip, where a prepared
+// statement takes two (prepare, execute) unless the DSN sets interpolateParams.
+func (s *Store) buildChunk(buf *insertBuf, records []outbox.Record, c chunk) {
+	b := append(buf.sql[:0], s.q.insert[c.cols]...)
+	args := buf.args[:0]
+	inline := c.size <= inlineMaxBytes
+	if inline {
+		b = slices.Grow(b, c.size) // size bounds the text: one allocation at most
+	}
+	for i := c.start; i < c.end; i++ {
+		if i > c.start {
+			b = append(b, ',')
+		}
+		b, args = appendRow(b, args, &records[i], c.cols, inline)
+	}
+	buf.sql, buf.args = b, args
+}
+
+func getInsertBuf() *insertBuf { return insertPool.Get().(*insertBuf) }
+
+func putInsertBuf(buf *insertBuf) {
+	if buf == nil {
+		return
+	}
+	clear(buf.args) // drop references to the caller's bytes
+	buf.args = buf.args[:0]
+	if cap(buf.sql) <= 8<<20 { // keeps the buffers of up to ~40,000-row batches
+		insertPool.Put(buf)
+	}
 }
 
 // rowEstimate bounds the bytes one row adds to the statement: its SQL text plus every

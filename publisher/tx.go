@@ -82,9 +82,11 @@ func (t *Tx) Publish(topic string, msgs ...*message.Message) error {
 	// Prepare outside the lock (user functions, encoding, copying) so that concurrent
 	// publishers only serialise on the append; small calls need no scratch allocation.
 	var small [4]outbox.Record
+	var large []outbox.Record // heap scratch of a call with more messages than small holds
 	recs := small[:0]
 	if len(msgs) > len(small) {
-		recs = make([]outbox.Record, 0, len(msgs))
+		large = make([]outbox.Record, 0, len(msgs))
+		recs = large
 	}
 	var now time.Time
 	if len(msgs) > 0 {
@@ -109,10 +111,14 @@ func (t *Tx) Publish(topic string, msgs ...*message.Message) error {
 	if t.closed {
 		return fmt.Errorf("publisher: Publish to %q: %w", topic, outbox.ErrClosed)
 	}
+	// Ids are taken under the lock so that buffer order is id order.
 	for i := range recs {
-		// Ids are taken under the lock so that buffer order is id order.
 		recs[i].ID = outbox.NewID()
-		t.records = append(t.records, recs[i])
+	}
+	if len(t.records) == 0 && large != nil {
+		t.records = large[:len(recs)] // the first large call's scratch becomes the buffer
+	} else {
+		t.records = append(t.records, recs...)
 	}
 	return nil
 }

@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if cfg.runs == 0 {
 			cfg.runs = 3
 		}
-		cfg.publishTx = map[int]int{1: 300, 64: 60, 1000: 10}
+		cfg.publishTx = map[int]int{1: 300, 64: 60, 1000: 40}
 		cfg.drainRows, cfg.drainLimit = 100_000, 60*time.Second
 		cfg.brokerRows = 20_000
 		cfg.slowRows = 20_000
