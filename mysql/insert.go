@@ -288,11 +288,10 @@ func (s *Store) validateRecord(r *outbox.Record) error {
 	if r.CreatedAt.IsZero() {
 		return fmt.Errorf("CreatedAt is zero")
 	}
-	var tmp [timeLayoutLen]byte
-	if _, err := appendTime(tmp[:0], r.CreatedAt); err != nil {
+	if err := checkTime(r.CreatedAt); err != nil {
 		return fmt.Errorf("CreatedAt: %w", err)
 	}
-	if _, err := appendTime(tmp[:0], r.DeliverAt); err != nil && !r.DeliverAt.IsZero() {
+	if err := checkTime(r.DeliverAt); err != nil && !r.DeliverAt.IsZero() {
 		return fmt.Errorf("DeliverAt: %w", err)
 	}
 	if len(r.Headers) > 0 {

@@ -22,8 +22,8 @@ const timeLayoutLen = len("2006-01-02 15:04:05.000000")
 func appendTime(b []byte, t time.Time) ([]byte, error) {
 	t = t.UTC()
 	year, month, day := t.Date()
-	if year < 1 || year > 9999 {
-		return b, fmt.Errorf("instant %s is outside the DATETIME range (years 1..9999)", t.Format(time.RFC3339Nano))
+	if err := checkYear(t, year); err != nil {
+		return b, err
 	}
 	hour, minute, sec := t.Clock()
 	b = appendInt(b, year, 4)
@@ -39,6 +39,16 @@ func appendTime(b []byte, t time.Time) ([]byte, error) {
 	b = appendInt(b, sec, 2)
 	b = append(b, '.')
 	return appendInt(b, t.Nanosecond()/1000, 6), nil
+}
+
+// checkTime reports whether appendTime can write t, without writing it.
+func checkTime(t time.Time) error { return checkYear(t, t.UTC().Year()) }
+
+func checkYear(t time.Time, year int) error {
+	if year < 1 || year > 9999 {
+		return fmt.Errorf("instant %s is outside the DATETIME range (years 1..9999)", t.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 func appendInt(b []byte, v, width int) []byte {
