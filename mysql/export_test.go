@@ -63,3 +63,13 @@ func WritesByIDs(s *Store, ids []outbox.ID, token outbox.Token, now time.Time, l
 		"release":       bind(s.q.release+list, token[:], at),
 	}
 }
+
+// PreparedInserts returns how many prepared group INSERTs s holds.
+func PreparedInserts(s *Store) int {
+	s.stmts.mu.Lock()
+	defer s.stmts.mu.Unlock()
+	return len(s.stmts.stmts)
+}
+
+// PreparedRows is the row count of a prepared group INSERT.
+const PreparedRows = preparedRows

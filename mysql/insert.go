@@ -90,18 +90,28 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	// The driver refuses (and drops the connection for) a packet above the DSN's
 	// maxAllowedPacket, which the store cannot see: statements stay under
 	// maxStatementBytes too, so any DSN value from 4 MiB up works.
+	limit := min(maxStatementBytes, maxPacket) - packetMargin
+	start, err := s.insertPrepared(ctx, tx, records, 0, limit)
+	if err != nil || start == len(records) {
+		return err
+	}
+	return s.insertText(ctx, tx, records, start, limit)
+}
+
+// insertText inserts records[start:] as text statements of at most limit bytes.
+func (s *Store) insertText(ctx context.Context, tx *sql.Tx, records []outbox.Record, start, limit int) error {
 	total := 0
-	for i := range records {
+	for i := start; i < len(records); i++ {
 		total += rowEstimate(&records[i])
 	}
-	budget := min(max(total/4, chunkBytes), maxStatementBytes, maxPacket) - packetMargin
+	budget := min(max(total/4, chunkBytes-packetMargin), limit)
 
 	// Statements are built one ahead: while the server inserts one chunk, a goroutine
 	// encodes the next one into the other buffer, so that the encoding of all but the
 	// first chunk costs no time.
 	bufs := [2]*insertBuf{getInsertBuf(), nil}
 	defer func() { putInsertBuf(bufs[0]); putInsertBuf(bufs[1]) }()
-	c := s.nextChunk(records, 0, budget)
+	c := s.nextChunk(records, start, budget)
 	s.buildChunk(bufs[0], records, c)
 	for k := 0; ; k++ {
 		cur := bufs[k%2]
@@ -126,13 +136,18 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 			<-built // the other buffer is written by the goroutine until then
 		}
 		if err != nil {
-			return wrapErr(fmt.Sprintf("insert rows %d..%d of %d", c.start, c.end-1, len(records)), err)
+			return wrapErr(fmtRows(c.start, c.end, len(records)), err)
 		}
 		if built == nil {
 			return nil
 		}
 		c = next
 	}
+}
+
+// fmtRows names the rows [start, end) of an n-row batch in an error.
+func fmtRows(start, end, n int) string {
+	return fmt.Sprintf("insert rows %d..%d of %d", start, end-1, n)
 }
 
 // chunk is the rows of one statement, records[start:end]: their estimated text size

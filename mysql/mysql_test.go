@@ -616,6 +616,118 @@ func TestInsertPathsRoundTrip(t *testing.T) {
 	}
 }
 
+// A batch's full groups of rows go through the prepared INSERT once it is prepared (the
+// server counts one statement execution per group), and their values come back as
+// stored through text; a connection whose character set is not utf8mb4 sends
+// everything as text, so its strings are stored byte for byte too.
+func TestInsertPreparedGroups(t *testing.T) {
+	latin1 := dsnVariant{"charset-latin1", func(c *driver.Config) { c.Collation = "latin1_swedish_ci" }}
+	for _, v := range []dsnVariant{plainDSN, otherDSN, latin1} {
+		t.Run(v.name, func(t *testing.T) {
+			db := openDB(t, v)
+			ctx := t.Context()
+			s := newStore(t, db, 8)
+			odd := "q'uo\"te \\ back\x00nul ? `tick` é ø 日本 \u00a0 🙂"
+			mk := func(i int) outbox.Record {
+				r := record(odd, 8, []byte(fmt.Sprintf("%s %d", odd, i)))
+				r.MessageUUID, r.Destination = fmt.Sprintf("%s-%d", odd, i), odd+"d"
+				if i%2 == 0 { // every optional column in one group, none in the next
+					r.Transport, r.MessageType, r.TenantID = odd+"t", odd+"m", odd+"x"
+					r.Headers = headercodec.Encode(nil, []headercodec.Header{{Name: odd, Value: []byte(odd)}})
+				} else if i%3 == 0 {
+					r.Headers, r.Body = nil, nil
+				}
+				return r
+			}
+			n := 2*mysql.PreparedRows + 3
+			batch := make([]outbox.Record, n)
+			for i := range batch {
+				batch[i] = mk(i)
+			}
+			insert(t, ctx, db, s, batch[:mysql.PreparedRows]) // starts preparing
+			for i := range batch {
+				batch[i].ID = outbox.NewID()
+			}
+			want := 0
+			if v.name != latin1.name {
+				want = 1
+				deadline := time.Now().Add(10 * time.Second)
+				for mysql.PreparedInserts(s) == 0 && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			executes := func() int {
+				var name string
+				var n int
+				if err := tx.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_execute'").Scan(&name, &n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			before := executes()
+			if err := s.Insert(ctx, tx, batch); err != nil {
+				t.Fatal(err)
+			}
+			// Both groups mix rows with and without the optional columns: one statement.
+			if got := executes() - before; got != 2*want {
+				t.Errorf("%d prepared executions for %d rows, want %d", got, n, 2*want)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+
+			// The stored bytes, whatever the connection's character set.
+			table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
+			for i, w := range batch {
+				var uuid, dest, transport, typ, tenant string
+				err := db.QueryRowContext(ctx, "SELECT HEX(message_uuid), HEX(destination), HEX(transport), HEX(COALESCE(message_type, '')), HEX(COALESCE(tenant_id, '')) FROM "+table+" WHERE id = ?", w.ID[:]).
+					Scan(&uuid, &dest, &transport, &typ, &tenant)
+				if err != nil {
+					t.Fatalf("row %d: %v", i, err)
+				}
+				hx := func(s string) string { return strings.ToUpper(fmt.Sprintf("%x", s)) }
+				if uuid != hx(w.MessageUUID) || dest != hx(w.Destination) || transport != hx(w.Transport) || typ != hx(w.MessageType) || tenant != hx(w.TenantID) {
+					t.Fatalf("row %d stored other bytes: uuid %s dest %s transport %s type %s tenant %s", i, uuid, dest, transport, typ, tenant)
+				}
+			}
+			if v.name == latin1.name {
+				return // reads convert to the connection's character set
+			}
+			rows, err := s.Read(ctx, outbox.ReadQuery{Lane: batch[0].Lane, Now: t0}, make([]outbox.Record, 2*n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byID := map[outbox.ID]outbox.Record{}
+			for _, r := range rows {
+				byID[r.ID] = r
+			}
+			for i, w := range batch {
+				r, ok := byID[w.ID]
+				if !ok {
+					t.Fatalf("row %d not read back", i)
+				}
+				wh := w.Headers
+				if len(wh) == 0 {
+					wh = headercodec.Encode(nil, nil)
+				}
+				if r.MessageUUID != w.MessageUUID || r.OrderingKey != w.OrderingKey || r.Transport != w.Transport ||
+					r.Destination != w.Destination || r.MessageType != w.MessageType || r.TenantID != w.TenantID ||
+					!bytes.Equal(r.Headers, wh) || !bytes.Equal(r.Body, w.Body) || !r.CreatedAt.Equal(t0) ||
+					!r.DeliverAt.Equal(t0) || r.Corrupt != nil {
+					t.Errorf("row %d differs: got uuid %q key %q transport %q dest %q type %q tenant %q, %d header and %d body bytes, created %s, deliver %s (corrupt %v)",
+						i, r.MessageUUID, r.OrderingKey, r.Transport, r.Destination, r.MessageType, r.TenantID, len(r.Headers), len(r.Body), r.CreatedAt, r.DeliverAt, r.Corrupt)
+				}
+			}
+		})
+	}
+}
+
 // dropTables drops the tables of opts when the test ends, bounded by a deadline.
 func dropTables(t testing.TB, db *sql.DB, opts outbox.Options) {
 	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -35,6 +36,10 @@ type Store struct {
 
 	// maxPacket caches the server's max_allowed_packet (0 until first read).
 	maxPacket atomic.Int64
+	// stmts holds the prepared INSERTs of full row groups; clientCharset caches
+	// whether the connections' character set is utf8mb4 (0 unknown, 1 yes, 2 no).
+	stmts         *insertStmts
+	clientCharset atomic.Int32
 
 	// afterLock, when set (tests only), runs inside a claim transaction after the rows
 	// are locked, so a test can hold the locks open.
@@ -57,8 +62,13 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, opts: opts, q: newQueries(newNames(opts))}
+	q := newQueries(newNames(opts))
+	s := &Store{db: db, opts: opts, q: q}
 	s.batches = lockedbatch.Dialect{Name: "mysql", Wrap: wrapErr, Finish: s.finishBatch, Retry: retryDeadlocks}
+	s.stmts = newInsertStmts(db, func(cols int) string { return preparedInsert(q.insert[cols], cols) })
+	// The statements belong to the pool's connections until closed: close them once
+	// the Store is gone.
+	runtime.AddCleanup(s, func(c *insertStmts) { c.close() }, s.stmts)
 	return s, nil
 }
 
