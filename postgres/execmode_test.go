@@ -67,6 +67,24 @@ func TestQueryExecModes(t *testing.T) {
 			if n, err := s.Count(ctx, base.Add(2*time.Hour)); err != nil || n != 21 {
 				t.Fatalf("Count = %d, %v; want 21", n, err)
 			}
+			// A batch sharing one created_at sends it once: truncated to microseconds
+			// like the arrays' instants, never rounded by a text-mode encoding.
+			created := base.Add(time.Second + 1999*time.Nanosecond)
+			batch = batch[:0]
+			for range 20 {
+				batch = append(batch, rec(created, "", 8))
+			}
+			insert(t, db, s, batch...)
+			got, err = s.Read(ctx, outbox.ReadQuery{Lane: outbox.Unordered, Now: base.Add(time.Minute)}, make([]outbox.Record, 40))
+			if err != nil || len(got) != 20 {
+				t.Fatalf("Read = %d rows, %v; want 20", len(got), err)
+			}
+			want := base.Add(time.Second + time.Microsecond)
+			for _, r := range got {
+				if !r.CreatedAt.Equal(want) || !r.DeliverAt.Equal(want) {
+					t.Fatalf("row %s: created %s, deliver %s; want both %s", r.ID, r.CreatedAt, r.DeliverAt, want)
+				}
+			}
 		})
 	}
 }

@@ -26,9 +26,12 @@ type insertBuf struct {
 	ids, headers, bodies                           column[byteaElem]
 	uuids, keys, transports, dests, types, tenants column[textElem]
 	lanes                                          column[int4Elem]
-	created, deliver                               column[timeElem]
+	createds, deliver                              column[timeElem]
 	args                                           []any // the unnest statement's
 	valuesArgs                                     []any // the VALUES statement's
+
+	dest    string    // the destination of every row, under sharedDest
+	created time.Time // the created_at of every row, under sharedCreated
 }
 
 func newInsertBuf() *insertBuf { return &insertBuf{} }
@@ -36,12 +39,19 @@ func newInsertBuf() *insertBuf { return &insertBuf{} }
 // unnestArgs sets b.args to the arrays of insertUnnest(cols), in its order. Pointers:
 // boxing a pointer allocates nothing.
 func (b *insertBuf) unnestArgs(cols int) []any {
+	var dest, created any = &b.dests, &b.createds
+	if cols&sharedDest != 0 {
+		dest = b.dest
+	}
+	if cols&sharedCreated != 0 {
+		created = b.created
+	}
 	b.args = append(b.args[:0], &b.ids, &b.uuids)
 	for _, c := range [...]struct {
 		bit int
 		arg any
-	}{{inscols.Lane, &b.lanes}, {inscols.Key, &b.keys}, {inscols.Transport, &b.transports}, {0, &b.dests}, {inscols.Type, &b.types},
-		{0, &b.headers}, {0, &b.bodies}, {inscols.Tenant, &b.tenants}, {0, &b.created}, {inscols.Deliver, &b.deliver}} {
+	}{{inscols.Lane, &b.lanes}, {inscols.Key, &b.keys}, {inscols.Transport, &b.transports}, {0, dest}, {inscols.Type, &b.types},
+		{0, &b.headers}, {0, &b.bodies}, {inscols.Tenant, &b.tenants}, {0, created}, {inscols.Deliver, &b.deliver}} {
 		if c.bit == 0 || cols&c.bit != 0 {
 			b.args = append(b.args, c.arg)
 		}
@@ -49,12 +59,29 @@ func (b *insertBuf) unnestArgs(cols int) []any {
 	return b.args
 }
 
+// sharedValues returns the shared bits that hold for records: every row with the same
+// destination, or the same created_at.
+func sharedValues(records []outbox.Record) int {
+	bits := sharedDest | sharedCreated
+	first := &records[0]
+	for i := 1; i < len(records) && bits != 0; i++ {
+		if records[i].Destination != first.Destination {
+			bits &^= sharedDest
+		}
+		if !records[i].CreatedAt.Equal(first.CreatedAt) {
+			bits &^= sharedCreated
+		}
+	}
+	return bits
+}
+
 // reset empties the buffers and drops the references to the caller's records.
 func (b *insertBuf) reset() {
 	for _, c := range []interface{ reset() }{&b.ids, &b.headers, &b.bodies, &b.uuids, &b.keys, &b.transports,
-		&b.dests, &b.types, &b.tenants, &b.lanes, &b.created, &b.deliver} {
+		&b.dests, &b.types, &b.tenants, &b.lanes, &b.createds, &b.deliver} {
 		c.reset()
 	}
+	b.dest, b.created = "", time.Time{}
 }
 
 // column is a one-dimensional array parameter that pgx encodes in binary without boxing
@@ -187,10 +214,13 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	}
 	cols := inscols.All // the VALUES statement names every column
 	if len(records) > valuesMaxRows {
-		cols = 0
+		cols = sharedValues(records)
 		for i := range records {
 			cols |= inscols.Of(&records[i])
 		}
+		// Truncated to microseconds as the array elements are, so that the stored value
+		// does not depend on how the query mode encodes a time.Time.
+		b.dest, b.created = records[0].Destination, records[0].CreatedAt.Truncate(time.Microsecond)
 	}
 	for i := range records {
 		r := &records[i]
@@ -204,10 +234,14 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		}
 		b.ids.add(r.ID[:])
 		b.uuids.add(textElem(r.MessageUUID))
-		b.dests.add(textElem(r.Destination))
+		if cols&sharedDest == 0 {
+			b.dests.add(textElem(r.Destination))
+		}
 		b.headers.add(r.Headers)
 		b.bodies.add(body)
-		b.created.add(timeElem(r.CreatedAt))
+		if cols&sharedCreated == 0 {
+			b.createds.add(timeElem(r.CreatedAt))
+		}
 		if cols&inscols.Lane != 0 {
 			b.lanes.add(int4Elem(r.Lane)) // Unordered (-1) becomes NULL in SQL
 		}
@@ -235,7 +269,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 		for i := range n {
 			args = append(args, &b.ids.elems[i], &b.uuids.elems[i], &b.lanes.elems[i], &b.keys.elems[i],
 				&b.transports.elems[i], &b.dests.elems[i], &b.types.elems[i], &b.headers.elems[i],
-				&b.bodies.elems[i], &b.tenants.elems[i], &b.created.elems[i], &b.deliver.elems[i])
+				&b.bodies.elems[i], &b.tenants.elems[i], &b.createds.elems[i], &b.deliver.elems[i])
 		}
 		_, err = tx.ExecContext(ctx, s.q.insertValues[n], args...)
 		clear(args)

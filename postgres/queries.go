@@ -54,7 +54,8 @@ func (p *params) next() string { p.n++; return fmt.Sprintf("$%d", p.n) }
 type queries struct {
 	n names
 
-	insert       [inscols.All + 1]string   // unnest, by optional-column set
+	insert       [shared * 4]string        // unnest, by optional-column set | shared values
+
 	insertValues [valuesMaxRows + 1]string // by row count
 
 	readLane, readUnordered string
@@ -331,34 +332,61 @@ func (q *queries) buildFail(fenced bool) string {
 	return s
 }
 
+// The batch-wide values of an unnest INSERT, as bits above the optional-column set: a
+// batch whose rows share their destination or their created_at (as a Publish call's
+// rows do) sends it once as a scalar rather than as an array of equal elements.
+const (
+	shared        = inscols.All + 1
+	sharedDest    = shared
+	sharedCreated = shared << 1
+)
+
 // insertUnnest is the unnest INSERT naming the optional columns of cols; deliver_at
-// is created_at when the batch sends no deliver_at array.
+// is created_at when the batch sends no deliver_at array. Parameters are numbered in
+// column order, arrays and scalars alike (unnestArgs binds them in that order).
 func insertUnnest(t string, cols int) string {
 	var names, sel, arrays, alias []string
+	created := ""
 	add := func(bit int, name, expr, typ, a string) {
 		if bit != 0 && cols&bit == 0 {
 			return
 		}
+		p := fmt.Sprintf("$%d", len(names)+1)
 		names = append(names, name)
 		sel = append(sel, expr)
-		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", len(arrays)+1, typ))
+		arrays = append(arrays, p+"::"+typ+"[]")
 		alias = append(alias, a)
+	}
+	scalar := func(name, typ string) string {
+		p := fmt.Sprintf("$%d::%s", len(names)+1, typ)
+		names = append(names, name)
+		sel = append(sel, p)
+		return p
 	}
 	add(0, "id", "u.id", "bytea", "id")
 	add(0, "message_uuid", "u.mu", "text", "mu")
 	add(inscols.Lane, "lane", "NULLIF(u.lane, -1)", "int4", "lane")
 	add(inscols.Key, "ordering_key", "NULLIF(u.ok, '')", "text", "ok")
 	add(inscols.Transport, "transport", "u.tr", "text", "tr")
-	add(0, "destination", "u.dst", "text", "dst")
+	if cols&sharedDest != 0 {
+		scalar("destination", "text")
+	} else {
+		add(0, "destination", "u.dst", "text", "dst")
+	}
 	add(inscols.Type, "message_type", "NULLIF(u.mt, '')", "text", "mt")
 	add(0, "headers", "u.h", "bytea", "h")
 	add(0, "body", "u.b", "bytea", "b")
 	add(inscols.Tenant, "tenant_id", "NULLIF(u.tn, '')", "text", "tn")
-	add(0, "created_at", "u.ca", "timestamptz", "ca")
+	if cols&sharedCreated != 0 {
+		created = scalar("created_at", "timestamptz")
+	} else {
+		add(0, "created_at", "u.ca", "timestamptz", "ca")
+		created = "u.ca"
+	}
 	add(inscols.Deliver, "deliver_at", "u.da", "timestamptz", "da")
 	if cols&inscols.Deliver == 0 {
 		names = append(names, "deliver_at")
-		sel = append(sel, "u.ca")
+		sel = append(sel, created)
 	}
 	return `INSERT INTO ` + t + ` (` + strings.Join(names, ", ") + `) SELECT ` + strings.Join(sel, ", ") +
 		` FROM unnest(` + strings.Join(arrays, ", ") + `) AS u(` + strings.Join(alias, ", ") + `)`
