@@ -55,7 +55,6 @@ type queries struct {
 	n names
 
 	insert       [shared * 4]string        // unnest, by optional-column set | shared values
-
 	insertValues [valuesMaxRows + 1]string // by row count
 
 	readLane, readUnordered string
