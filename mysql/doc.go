@@ -80,22 +80,32 @@
 //     optional columns the group uses, which each connection of the pool prepares once
 //     (database/sql re-prepares a statement per connection) and then executes with the
 //     values in binary: the server parses no values, which makes 1,000 rows about a
-//     third faster than as text. A store holds at most a few such statements per
-//     connection, counted by the server's max_prepared_stmt_count (when that limit is
-//     reached, the group and the rest of the batch go as text). A statement is prepared
-//     in the background the first time its column set is seen (that batch goes as text),
-//     and only when the connection's character set is utf8mb4 (the driver's default):
-//     under another one the server would convert the strings, so every row goes as text.
-//     The statements are closed when the Store is garbage-collected, or with the
-//     *sql.DB.
-//   - The rest (fewer than 64 rows, groups too large for one packet, a column set not
-//     prepared yet) goes in multi-row text statements, chunked by bytes under the
-//     server's max_allowed_packet (read once from the server: MariaDB's default is 16
-//     MiB while the driver assumes 64 MiB) and under 4 MiB, counting values at their
-//     worst encoded size: more than 256 KiB go in about four statements, each encoded
-//     while the server inserts the previous one. Chunks over 2 MiB bind parameters, under
-//     the 65,535-placeholder limit of server-side prepared statements.
-
+//     third faster than as text. A statement is prepared in the background the first
+//     time its column set is seen (that batch goes as text), and only when the pool's
+//     connections use utf8mb4 both ways (character_set_client and
+//     character_set_connection, the driver's default): under another character set the
+//     server would convert the strings, so everything goes as text. A Store prepares at
+//     most 4 column sets (a batch of any other set goes as text), so it holds at most 4
+//     server-side statements per pooled connection it writes through: size the
+//     server's max_prepared_stmt_count (16,382 by default, for the whole server) for
+//     Stores × 4 × connections. When the server refuses to prepare one more (that limit
+//     reached) or a statement keeps being invalidated by concurrent DDL, that group
+//     and the rest of the batch go as text, and the column set goes as text for ten
+//     minutes. A transaction of another *sql.DB than the Store's (publisher's BeginDB,
+//     WithTxDB) always goes as text. A connection prepares its statements the first
+//     time it writes a full group: keep SetMaxIdleConns at least at the number of
+//     concurrent writers, so that connections are not closed and reopened (and their
+//     statements prepared again) between commits. The statements are closed when the
+//     Store is garbage-collected, or with the *sql.DB.
+//   - The rest (fewer than 64 rows, a group too large for one packet or whose
+//     statement is not prepared, and every group after it) goes in multi-row text
+//     statements, chunked by bytes under the server's max_allowed_packet (read once from
+//     the server: MariaDB's default is 16 MiB while the driver assumes 64 MiB) and under
+//     4 MiB, counting values at their worst encoded size: a batch of more than 256 KiB
+//     goes in statements of about a quarter of it (at least 256 KiB), each encoded while
+//     the server inserts the previous one. Chunks over 2 MiB bind parameters, under the
+//     65,535-placeholder limit of server-side prepared statements.
+//
 // # Everything else
 //
 // Every method except Insert runs on its own pooled connection, never in the caller's

@@ -18,22 +18,25 @@ import (
 const (
 	// maxPlaceholders is the most parameters a server-side prepared statement takes.
 	maxPlaceholders = 65535
-	// inlineMaxBytes is the largest chunk (by rowEstimate) sent with inlined values: up
-	// to it, one text round trip beats a prepared statement (measured with 1,000 rows
-	// of 256 bytes); beyond, hex doubles what travels.
+	// inlineMaxBytes is the largest text chunk (by rowEstimate) sent with inlined
+	// values: up to it, one text round trip beats a statement prepared for the call
+	// (measured with 1,000 rows of 256 bytes); beyond, hex doubles what travels. (Full
+	// row groups go through cached prepared statements before: insertstmt.go.)
 	inlineMaxBytes = 2 << 20
-	// argsPerRow is the most parameters one row binds (instants, lane and empty values
-	// are inlined as literals).
-	argsPerRow = 8
+	// argsPerRow is the most parameters one text row binds (id, message UUID, ordering
+	// key, transport, destination, type, headers, body, tenant; instants, lane and
+	// empty values are inlined as literals).
+	argsPerRow = 9
 	// packetMargin leaves room for the packet header and the driver's framing.
 	packetMargin = 4 << 10
 	// maxStatementBytes caps one statement whatever the server allows. Beyond a few MiB
 	// a statement saves nothing measurable, and the DSN's maxAllowedPacket (driver side,
 	// 64 MiB by default) is not visible to the store.
 	maxStatementBytes = 4 << 20
-	// chunkBytes is the smallest statement of a batch split into several: a batch
-	// larger than it goes in about four statements, each built while the previous one
-	// executes (and up to this size the driver reuses its packet buffer).
+	// chunkBytes is the smallest statement of a text batch split into several: a batch
+	// larger than it goes in statements of about a quarter of it (at least chunkBytes,
+	// at most maxStatementBytes), each built while the previous one executes (and up to
+	// this size the driver reuses its packet buffer).
 	chunkBytes = 256 << 10
 	// defaultMaxPacket is assumed when the server's value cannot be read as a number.
 	defaultMaxPacket = 4 << 20
@@ -68,9 +71,10 @@ type insertBuf struct {
 var insertPool = sync.Pool{New: func() any { return new(insertBuf) }}
 
 // Insert writes records inside tx with multi-row INSERT statements, each under the
-// server's max_allowed_packet and the placeholder limit. Every record is validated
-// first: an invalid one fails the call (outbox.ErrInvalidRecord) before anything is
-// written.
+// server's max_allowed_packet and the placeholder limit: full groups of preparedRows
+// rows through cached prepared statements (insertPrepared), the rest as text
+// (insertText). Every record is validated first: an invalid one fails the call
+// (outbox.ErrInvalidRecord) before anything is written.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
 	if tx == nil {
 		return fmt.Errorf("mysql: insert: tx is nil")
@@ -128,9 +132,9 @@ func (s *Store) insertText(ctx context.Context, tx *sql.Tx, records []outbox.Rec
 				s.buildChunk(buf, records, next)
 			}(bufs[(k+1)%2])
 		}
-		// The text is passed without a copy: neither database/sql nor the driver keeps
-		// the query string past the call, and cur is not touched until it returns.
-		_, err := tx.ExecContext(ctx, unsafe.String(unsafe.SliceData(cur.sql), len(cur.sql)), cur.args...)
+		// A copy: the buffer is written again, and a driver wrapper (tracing, logging)
+		// may keep the query text.
+		_, err := tx.ExecContext(ctx, string(cur.sql), cur.args...)
 		clear(cur.args)
 		if built != nil {
 			<-built // the other buffer is written by the goroutine until then
@@ -173,8 +177,9 @@ func (s *Store) nextChunk(records []outbox.Record, start, budget int) chunk {
 }
 
 // buildChunk writes c's INSERT into buf. A chunk up to inlineMaxBytes goes as one text
-// statement with its values inlined as hex literals: one round trip, where a prepared
-// statement takes two (prepare, execute) unless the DSN sets interpolateParams.
+// statement with its values inlined as hex literals: one round trip, where a statement
+// prepared for the call takes two (prepare, execute) unless the DSN sets
+// interpolateParams.
 func (s *Store) buildChunk(buf *insertBuf, records []outbox.Record, c chunk) {
 	b := append(buf.sql[:0], s.q.insert[c.cols]...)
 	args := buf.args[:0]

@@ -25,11 +25,24 @@ const (
 	// included).
 	prepareTimeout = 10 * time.Second
 	// prepareRetry is how long a column set whose prepare failed goes as text before
-	// the next attempt.
+	// the next attempt; refusedRetry the same after the server refused to prepare it on
+	// a connection (max_prepared_stmt_count used up).
 	prepareRetry = time.Minute
+	refusedRetry = 10 * time.Minute
+	// maxPreparedSets bounds the column sets a Store prepares (each is one statement per
+	// connection of the pool, counted by the server's max_prepared_stmt_count); a batch
+	// of any other set goes as text.
+	maxPreparedSets = 4
 	// erMaxPreparedStmts is ER_MAX_PREPARED_STMT_COUNT_REACHED: the server's
-	// max_prepared_stmt_count is used up.
+	// max_prepared_stmt_count is used up; erNeedReprepare is ER_NEED_REPREPARE (a
+	// statement invalidated by concurrent DDL more often than the server re-prepares).
+	// Either way nothing was written.
 	erMaxPreparedStmts = 1461
+	erNeedReprepare    = 1615
+	// errOtherDB is the text of database/sql's error for a statement of one *sql.DB used
+	// in a transaction of another (Tx.StmtContext; it is not exported): such a batch
+	// goes as text.
+	errOtherDB = "statement from different database used"
 )
 
 // insertStmts holds a store's prepared INSERTs of preparedRows rows, one per set of
@@ -44,19 +57,25 @@ type insertStmts struct {
 	pending map[int]bool      // being prepared
 	retryAt map[int]time.Time // not prepared again before
 	closed  bool
+	// off is set once the pool's connections turn out not to use utf8mb4 both ways
+	// (character_set_client and character_set_connection): string values would be
+	// converted, so everything goes as text.
+	off     bool
+	checked bool // the character sets were read
 }
 
 func newInsertStmts(db *sql.DB, query func(cols int) string) *insertStmts {
 	return &insertStmts{db: db, query: query, stmts: map[int]*sql.Stmt{}, pending: map[int]bool{}, retryAt: map[int]time.Time{}}
 }
 
-// get returns the statement for cols, or nil while it is not prepared. The first call
-// for cols starts preparing it in the background: preparing needs a connection of the
+// get returns the statement for cols, or nil while there is none. The first call for
+// cols starts preparing it in the background: preparing needs a connection of the
 // pool, and waiting for one here could wait for the caller's own transaction.
 func (c *insertStmts) get(cols int) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st := c.stmts[cols]; st != nil || c.closed || c.pending[cols] || time.Now().Before(c.retryAt[cols]) {
+	if st := c.stmts[cols]; st != nil || c.closed || c.off || c.pending[cols] || time.Now().Before(c.retryAt[cols]) ||
+		len(c.stmts)+len(c.pending) >= maxPreparedSets {
 		return st
 	}
 	c.pending[cols] = true
@@ -67,13 +86,19 @@ func (c *insertStmts) get(cols int) *sql.Stmt {
 func (c *insertStmts) prepare(cols int, query string) {
 	ctx, cancel := context.WithTimeout(context.Background(), prepareTimeout)
 	defer cancel()
-	st, err := c.db.PrepareContext(ctx, query)
+	ok, err := c.utf8mb4(ctx)
+	var st *sql.Stmt
+	if err == nil && ok {
+		st, err = c.db.PrepareContext(ctx, query)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.pending, cols)
 	switch {
 	case err != nil:
 		c.retryAt[cols] = time.Now().Add(prepareRetry)
+	case !ok:
+		c.off = true
 	case c.closed:
 		_ = st.Close()
 	default:
@@ -81,14 +106,33 @@ func (c *insertStmts) prepare(cols int, query string) {
 	}
 }
 
+// utf8mb4 reports whether the pool's connections send and read strings as utf8mb4 (the
+// DSN sets the character sets of every connection), read once.
+func (c *insertStmts) utf8mb4(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	checked, off := c.checked, c.off
+	c.mu.Unlock()
+	if checked {
+		return !off, nil
+	}
+	var client, conn string
+	if err := c.db.QueryRowContext(ctx, "SELECT @@character_set_client, @@character_set_connection").Scan(&client, &conn); err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	c.checked = true
+	c.mu.Unlock()
+	return client == "utf8mb4" && conn == "utf8mb4", nil
+}
+
 // drop closes cols' statement after a connection could not prepare it; the column set
-// goes as text until prepareRetry has passed.
+// goes as text for refusedRetry.
 func (c *insertStmts) drop(cols int, st *sql.Stmt) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stmts[cols] == st {
 		delete(c.stmts, cols)
-		c.retryAt[cols] = time.Now().Add(prepareRetry)
+		c.retryAt[cols] = time.Now().Add(refusedRetry)
 	}
 	_ = st.Close()
 }
@@ -135,14 +179,18 @@ func placeholdersPerRow(cols int) int {
 // emptyHeadersBytes is emptyHeaders as a value.
 var emptyHeadersBytes = []byte{1, 0, 0, 0, 0, 0, 0, 0}
 
-// argTimes formats the instants of a group, reusing the text of the last one (a
-// batch's rows usually share their CreatedAt).
+// argTimes formats the instants of a group, reusing the text of the last created_at
+// and deliver_at (a batch's rows usually share them).
 type argTimes struct {
+	created, deliver timeText
+}
+
+type timeText struct {
 	last time.Time
 	text string
 }
 
-func (a *argTimes) arg(t time.Time) string {
+func (a *timeText) arg(t time.Time) string {
 	if a.text == "" || !t.Equal(a.last) {
 		st, _ := timeArg(t) // validated
 		a.last, a.text = t, string(st)
@@ -151,8 +199,8 @@ func (a *argTimes) arg(t time.Time) string {
 }
 
 // appendArgs appends the values of the rows of group, for preparedInsert(cols). Strings
-// go as strings: the caller has checked that the connection's character set is
-// utf8mb4, so that the server stores their bytes as they are.
+// go as strings: statements are prepared only where the connections' character sets
+// are utf8mb4, so that the server stores their bytes as they are.
 func appendArgs(args []any, group []outbox.Record, cols int, times *argTimes) []any {
 	for i := range group {
 		r := &group[i]
@@ -185,12 +233,12 @@ func appendArgs(args []any, group []outbox.Record, cols int, times *argTimes) []
 		if cols&inscols.Tenant != 0 {
 			args = append(args, nullableString(r.TenantID))
 		}
-		args = append(args, times.arg(r.CreatedAt))
+		args = append(args, times.created.arg(r.CreatedAt))
 		if cols&inscols.Deliver != 0 {
 			if r.DeliverAt.IsZero() {
-				args = append(args, times.arg(r.CreatedAt))
+				args = append(args, times.created.arg(r.CreatedAt))
 			} else {
-				args = append(args, times.arg(r.DeliverAt))
+				args = append(args, times.deliver.arg(r.DeliverAt))
 			}
 		}
 	}
@@ -218,33 +266,14 @@ func binEstimate(r *outbox.Record) int {
 		len(r.MessageType) + len(r.Headers) + len(r.Body) + len(r.TenantID) + len(r.ID) + 12*16
 }
 
-// utf8mb4Client reports whether the connection's character set is utf8mb4, read once
-// through tx (the DSN sets it for every connection of the pool).
-func (s *Store) utf8mb4Client(ctx context.Context, tx *sql.Tx) (bool, error) {
-	switch s.clientCharset.Load() {
-	case 1:
-		return true, nil
-	case 2:
-		return false, nil
-	}
-	var cs string
-	if err := tx.QueryRowContext(ctx, "SELECT @@character_set_client").Scan(&cs); err != nil {
-		return false, err
-	}
-	ok := cs == "utf8mb4"
-	s.clientCharset.Store(map[bool]int32{true: 1, false: 2}[ok])
-	return ok, nil
-}
-
 // insertPrepared inserts the full groups of preparedRows rows from start through the
-// prepared statements and returns where it stopped: at the tail, at the first group
-// whose values would not fit budget, or whose statement is not prepared yet.
+// prepared statements and returns where it stopped: at the tail, or at the first group
+// whose values would not fit budget, whose statement is not prepared (yet), or that the
+// server or database/sql would not run prepared (that group and the rest then go as
+// text).
 func (s *Store) insertPrepared(ctx context.Context, tx *sql.Tx, records []outbox.Record, start, budget int) (int, error) {
 	if len(records)-start < preparedRows {
 		return start, nil
-	}
-	if ok, err := s.utf8mb4Client(ctx, tx); err != nil || !ok {
-		return start, wrapErr("insert", err)
 	}
 	buf := getInsertBuf()
 	defer putInsertBuf(buf)
@@ -274,11 +303,14 @@ func (s *Store) insertPrepared(ctx context.Context, tx *sql.Tx, records []outbox
 		_, err := txStmt.ExecContext(ctx, buf.args...)
 		clear(buf.args)
 		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == erMaxPreparedStmts {
-			s.stmts.drop(cols, st) // nothing was written: the rest goes as text
-			break
-		}
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.As(err, &me) && (me.Number == erMaxPreparedStmts || me.Number == erNeedReprepare):
+			s.stmts.drop(cols, st) // nothing was written
+			return start, nil
+		case strings.Contains(err.Error(), errOtherDB):
+			return start, nil // tx belongs to another *sql.DB: nothing was sent
+		default:
 			return start, wrapErr(fmtRows(start, start+preparedRows, len(records)), err)
 		}
 	}

@@ -603,7 +603,10 @@ func TestInsertPathsRoundTrip(t *testing.T) {
 // everything as text, so its strings are stored byte for byte too.
 func TestInsertPreparedGroups(t *testing.T) {
 	latin1 := dsnVariant{"charset-latin1", func(c *driver.Config) { c.Collation = "latin1_swedish_ci" }}
-	for _, v := range []dsnVariant{plainDSN, otherDSN, latin1} {
+	connLatin1 := dsnVariant{"character-set-connection-latin1", func(c *driver.Config) {
+		c.Params = map[string]string{"character_set_connection": "latin1"}
+	}}
+	for _, v := range []dsnVariant{plainDSN, otherDSN, latin1, connLatin1} {
 		t.Run(v.name, func(t *testing.T) {
 			db := openDB(t, v)
 			ctx := t.Context()
@@ -630,7 +633,7 @@ func TestInsertPreparedGroups(t *testing.T) {
 				batch[i].ID = outbox.NewID()
 			}
 			want := 0
-			if v.name != latin1.name {
+			if v.name != latin1.name && v.name != connLatin1.name {
 				want = 1
 				deadline := time.Now().Add(10 * time.Second)
 				for mysql.PreparedInserts(s) == 0 && time.Now().Before(deadline) {
@@ -662,12 +665,45 @@ func TestInsertPreparedGroups(t *testing.T) {
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
+			if want == 1 && mysql.PreparedInserts(s) == 0 {
+				t.Error("no prepared statement after the batch")
+			}
+
+			// A transaction of another *sql.DB (publisher's BeginDB) goes as text.
+			other := openDB(t, v)
+			otx, err := other.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer otx.Rollback()
+			var name string
+			var n0, n1 int
+			if err := otx.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_execute'").Scan(&name, &n0); err != nil {
+				t.Fatal(err)
+			}
+			foreign := make([]outbox.Record, n)
+			for i := range foreign {
+				foreign[i] = mk(i)
+			}
+			if err := s.Insert(ctx, otx, foreign); err != nil {
+				t.Fatalf("Insert in another pool's transaction: %v", err)
+			}
+			if err := otx.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_execute'").Scan(&name, &n1); err != nil {
+				t.Fatal(err)
+			}
+			if n1 != n0 {
+				t.Errorf("%d prepared executions in another pool's transaction, want 0", n1-n0)
+			}
+			if err := otx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, foreign...)
 
 			// The stored bytes, whatever the connection's character set.
 			table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
 			for i, w := range batch {
 				var uuid, dest, transport, typ, tenant string
-				err := db.QueryRowContext(ctx, "SELECT HEX(message_uuid), HEX(destination), HEX(transport), HEX(COALESCE(message_type, '')), HEX(COALESCE(tenant_id, '')) FROM "+table+" WHERE id = ?", w.ID[:]).
+				err := db.QueryRowContext(ctx, "SELECT HEX(message_uuid), HEX(destination), HEX(transport), HEX(COALESCE(message_type, '')), HEX(COALESCE(tenant_id, '')) FROM "+table+" WHERE id = X'"+fmt.Sprintf("%x", w.ID[:])+"'").
 					Scan(&uuid, &dest, &transport, &typ, &tenant)
 				if err != nil {
 					t.Fatalf("row %d: %v", i, err)

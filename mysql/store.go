@@ -36,10 +36,8 @@ type Store struct {
 
 	// maxPacket caches the server's max_allowed_packet (0 until first read).
 	maxPacket atomic.Int64
-	// stmts holds the prepared INSERTs of full row groups; clientCharset caches
-	// whether the connections' character set is utf8mb4 (0 unknown, 1 yes, 2 no).
-	stmts         *insertStmts
-	clientCharset atomic.Int32
+	// stmts holds the prepared INSERTs of full row groups.
+	stmts *insertStmts
 
 	// afterLock, when set (tests only), runs inside a claim transaction after the rows
 	// are locked, so a test can hold the locks open.

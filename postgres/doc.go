@@ -50,10 +50,11 @@
 // INSERT ... SELECT FROM unnest of one array per column above, where a column no row of
 // the batch uses (lane, ordering_key, transport, message_type, tenant_id, a deliver_at
 // other than created_at) sends no array, and a destination or created_at that every row
-// shares (as the rows of one Publish call do) goes once, as a scalar. COPY is not used: database/sql exposes no raw
-// connection for a *sql.Tx, and it measured no faster. No index covers claim_token:
-// the forwarder renews, completes and releases token claims by id (a Renew or Release
-// by token alone scans the table), and a claim UPDATE then stays a HOT update.
+// shares (as the rows of one Publish call do) goes once, as a scalar. COPY is not used:
+// database/sql exposes no raw connection for a *sql.Tx, and it measured no faster. No
+// index covers claim_token: the forwarder renews, completes and releases token claims
+// by id (a Renew or Release by token alone scans the table), and a claim UPDATE then
+// stays a HOT update.
 //
 // Every other operation (claims, renewals, completions, leases, ...) runs in autocommit
 // on the pool. Claims take rows with one UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR

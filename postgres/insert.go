@@ -41,10 +41,10 @@ func newInsertBuf() *insertBuf { return &insertBuf{} }
 func (b *insertBuf) unnestArgs(cols int) []any {
 	var dest, created any = &b.dests, &b.createds
 	if cols&sharedDest != 0 {
-		dest = b.dest
+		dest = &b.dest
 	}
 	if cols&sharedCreated != 0 {
-		created = b.created
+		created = &b.created
 	}
 	b.args = append(b.args[:0], &b.ids, &b.uuids)
 	for _, c := range [...]struct {
