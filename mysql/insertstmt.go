@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -57,12 +58,17 @@ type insertStmts struct {
 	pending map[int]bool      // being prepared
 	retryAt map[int]time.Time // not prepared again before
 	closed  bool
-	// off is set once the pool's connections turn out not to use utf8mb4 both ways
-	// (character_set_client and character_set_connection): string values would be
-	// converted, so everything goes as text.
-	off     bool
-	checked bool // the character sets were read
+	// charset is what the pool's connections use both ways (character_set_client and
+	// character_set_connection): charsetUnknown until read; under charsetOther string
+	// values would be converted, so everything goes as text.
+	charset int
 }
+
+const (
+	charsetUnknown = iota
+	charsetUTF8MB4
+	charsetOther
+)
 
 func newInsertStmts(db *sql.DB, query func(cols int) string) *insertStmts {
 	return &insertStmts{db: db, query: query, stmts: map[int]*sql.Stmt{}, pending: map[int]bool{}, retryAt: map[int]time.Time{}}
@@ -74,7 +80,7 @@ func newInsertStmts(db *sql.DB, query func(cols int) string) *insertStmts {
 func (c *insertStmts) get(cols int) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st := c.stmts[cols]; st != nil || c.closed || c.off || c.pending[cols] || time.Now().Before(c.retryAt[cols]) ||
+	if st := c.stmts[cols]; st != nil || c.closed || c.charset == charsetOther || c.pending[cols] || time.Now().Before(c.retryAt[cols]) ||
 		len(c.stmts)+len(c.pending) >= maxPreparedSets {
 		return st
 	}
@@ -97,8 +103,7 @@ func (c *insertStmts) prepare(cols int, query string) {
 	switch {
 	case err != nil:
 		c.retryAt[cols] = time.Now().Add(prepareRetry)
-	case !ok:
-		c.off = true
+	case !ok: // charsetOther: get prepares nothing more
 	case c.closed:
 		_ = st.Close()
 	default:
@@ -110,19 +115,22 @@ func (c *insertStmts) prepare(cols int, query string) {
 // DSN sets the character sets of every connection), read once.
 func (c *insertStmts) utf8mb4(ctx context.Context) (bool, error) {
 	c.mu.Lock()
-	checked, off := c.checked, c.off
+	cs := c.charset
 	c.mu.Unlock()
-	if checked {
-		return !off, nil
+	if cs == charsetUnknown {
+		var client, conn string
+		if err := c.db.QueryRowContext(ctx, "SELECT @@character_set_client, @@character_set_connection").Scan(&client, &conn); err != nil {
+			return false, err
+		}
+		cs = charsetOther
+		if client == "utf8mb4" && conn == "utf8mb4" {
+			cs = charsetUTF8MB4
+		}
+		c.mu.Lock()
+		c.charset = cs
+		c.mu.Unlock()
 	}
-	var client, conn string
-	if err := c.db.QueryRowContext(ctx, "SELECT @@character_set_client, @@character_set_connection").Scan(&client, &conn); err != nil {
-		return false, err
-	}
-	c.mu.Lock()
-	c.checked = true
-	c.mu.Unlock()
-	return client == "utf8mb4" && conn == "utf8mb4", nil
+	return cs == charsetUTF8MB4, nil
 }
 
 // drop closes cols' statement after a connection could not prepare it; the column set
@@ -166,15 +174,7 @@ func preparedInsert(head string, cols int) string {
 
 // placeholdersPerRow counts the columns of insertHead(cols): id, message_uuid,
 // destination, headers, body and created_at, and the optional ones cols names.
-func placeholdersPerRow(cols int) int {
-	n := 6
-	for _, bit := range [...]int{inscols.Lane, inscols.Key, inscols.Transport, inscols.Type, inscols.Tenant, inscols.Deliver} {
-		if cols&bit != 0 {
-			n++
-		}
-	}
-	return n
-}
+func placeholdersPerRow(cols int) int { return 6 + bits.OnesCount(uint(cols)) }
 
 // emptyHeadersBytes is emptyHeaders as a value.
 var emptyHeadersBytes = []byte{1, 0, 0, 0, 0, 0, 0, 0}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/headercodec"
+	"github.com/relayer-go/watermill-outbox/lanes"
 )
 
 func insertTests() []subtest {
@@ -22,6 +24,129 @@ func insertTests() []subtest {
 		{"LargeBodies", testInsertLargeBodies},
 		{"EmptyAndDoneTx", testInsertEmptyAndDone},
 		{"OddStringsRoundTripOrFail", testInsertOddStrings},
+		{"BatchesRoundTrip", testInsertBatchesRoundTrip},
+		{"OtherPoolTx", testInsertOtherPoolTx},
+	}
+}
+
+// batchRows is the size of the batches of BatchesRoundTrip and OtherPoolTx: above the
+// row counts at which a store changes how it sends a batch (a VALUES list, prepared row
+// groups), with a tail.
+const batchRows = 150
+
+// mixedBatch returns n records created at created: rows with and without each optional
+// column, empty headers and bodies, ordered rows of one key and scheduled ones, so
+// that one batch mixes every column set a store may send differently.
+func mixedBatch(created time.Time, n int) []outbox.Record {
+	recs := make([]outbox.Record, n)
+	for i := range recs {
+		r := NewRecord(created)
+		switch i % 4 {
+		case 0:
+			r.Transport, r.MessageType, r.TenantID = "other", "type é", "tenant 日本"
+			r.Headers = headercodec.Encode(nil, []headercodec.Header{{Name: "q'uo\"te", Value: []byte{0, 1, '\\'}}})
+		case 1:
+			r.Headers, r.Body = headercodec.Encode(nil, nil), nil
+		case 2:
+			r = withKey(r, "batch-key")
+		case 3:
+			r.DeliverAt = created.Add(time.Second)
+		}
+		recs[i] = r
+	}
+	return recs
+}
+
+// Batches of every shape come back exactly as inserted, including batches after the
+// first of their shape (a store may send those another way once it has seen one).
+func testInsertBatchesRoundTrip(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	var all []outbox.Record
+	for k := range 3 {
+		batch := mixedBatch(at(time.Duration(k)*time.Second), batchRows)
+		e.insert(batch...)
+		all = append(all, batch...)
+		time.Sleep(100 * time.Millisecond) // let a store finish what it prepares in the background
+	}
+	// Rows sharing an instant with nanoseconds keep it to within a microsecond.
+	ns := at(time.Minute).Add(999 * time.Nanosecond)
+	last := make([]outbox.Record, batchRows)
+	for i := range last {
+		last[i] = NewRecord(ns)
+	}
+	e.insert(last...)
+
+	got := map[outbox.ID]outbox.Record{}
+	now := at(time.Hour)
+	for _, lane := range []int{outbox.Unordered, lanes.Of("batch-key", testLanes)} {
+		for _, r := range e.read(lane, outbox.ID{}, now, 4*batchRows) {
+			got[r.ID] = r
+		}
+	}
+	for _, w := range all {
+		r, ok := got[w.ID]
+		if !ok {
+			t.Fatalf("row %s not read back", w.ID)
+		}
+		checkRecord(t, "Read", r, stored(w))
+	}
+	for _, w := range last {
+		r, ok := got[w.ID]
+		if !ok {
+			t.Fatalf("row %s not read back", w.ID)
+		}
+		for _, c := range []struct {
+			name string
+			got  time.Time
+		}{{"CreatedAt", r.CreatedAt}, {"DeliverAt", r.DeliverAt}} {
+			if d := c.got.Sub(ns); d <= -time.Microsecond || d >= time.Microsecond {
+				t.Fatalf("row %s: %s = %s, want %s to within a microsecond", w.ID, c.name, fmtTime(c.got), fmtTime(ns))
+			}
+		}
+	}
+}
+
+// Insert works in a transaction of another *sql.DB over the same database (a writer
+// with its own pool), also after batches through the store's own pool.
+func testInsertOtherPoolTx(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	other, err := openClosable(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var want []outbox.ID
+	for k := range 3 {
+		batch := mixedBatch(at(time.Duration(k)*time.Second), batchRows)
+		e.insert(batch...)
+		want = append(want, ids(batch)...)
+		time.Sleep(100 * time.Millisecond)
+	}
+	for k := range 2 {
+		batch := mixedBatch(at(time.Duration(10+k)*time.Second), batchRows)
+		tx, err := other.BeginTx(e.ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.Insert(e.ctx, tx, batch); err != nil {
+			_ = tx.Rollback()
+			t.Fatalf("Insert in another pool's transaction (batch %d): %v", k, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ids(batch)...)
+	}
+	got := map[outbox.ID]bool{}
+	for _, lane := range []int{outbox.Unordered, lanes.Of("batch-key", testLanes)} {
+		for _, r := range e.read(lane, outbox.ID{}, at(time.Hour), 6*batchRows) {
+			got[r.ID] = true
+		}
+	}
+	for _, id := range want {
+		if !got[id] {
+			t.Fatalf("row %s not stored", id)
+		}
 	}
 }
 
