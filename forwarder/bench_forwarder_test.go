@@ -248,6 +248,23 @@ func forwarderDrain(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Stor
 func forwarderDrainVia(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int,
 	run func(testing.TB, *forwarder.Forwarder) func()) drainResult {
 	tb.Helper()
+	return drainMeasured(tb, e, db, store, cfg, pub, count, n, run, false)
+}
+
+// forwarderDrainSampled is forwarderDrain that also samples the peak heap and RSS every
+// 10 ms (drainResult.peakHeap, peakRSS). Only the memory benchmark asks for it: the
+// sampling (a stop-the-world ReadMemStats and a read of /proc per tick) costs the
+// process about 0.7 µs per forwarded message at 27k rows/s, Go CPU that the raw loop
+// it is compared with does not spend.
+func forwarderDrainSampled(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int) drainResult {
+	tb.Helper()
+	return drainMeasured(tb, e, db, store, cfg, pub, count, n, chaos.RunForwarder, true)
+}
+
+// drainMeasured runs the forwarder until the table is empty and measures the drain.
+func drainMeasured(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.Store, cfg forwarder.Config, pub message.Publisher, count func() int64, n int,
+	run func(testing.TB, *forwarder.Forwarder) func(), sample bool) drainResult {
+	tb.Helper()
 	runtime.GC()
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
@@ -256,6 +273,9 @@ func forwarderDrainVia(tb testing.TB, e chaos.Engine, db *sql.DB, store outbox.S
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
+		if !sample {
+			return
+		}
 		var ms runtime.MemStats
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
@@ -562,7 +582,7 @@ func BenchmarkBacklogMemory(b *testing.B) {
 					nop := &chaos.NopPublisher{}
 					st := e.Table(b, db, 64)
 					fillUnordered(b, e, db, st, n, "bench")
-					r = forwarderDrain(b, e, db, st, forwarder.Config{TokenClaims: true}, nop, nop.Count, n)
+					r = forwarderDrainSampled(b, e, db, st, forwarder.Config{TokenClaims: true}, nop, nop.Count, n)
 				}
 				b.ReportMetric(float64(r.startHeap)/(1<<20), "start_heap_MB")
 				b.ReportMetric(float64(r.peakHeap)/(1<<20), "peak_heap_MB")

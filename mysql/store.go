@@ -158,12 +158,16 @@ func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Recor
 	return out, wrapErr("head", err)
 }
 
-// scanRecords appends up to limit rows to dst and closes rows.
+// scanRecords appends up to limit rows to dst and closes rows. A nil dst is allocated
+// once, at the first row, with room for limit rows (at most sqlrows.PreallocMax).
 func scanRecords(rows *sql.Rows, dst []outbox.Record, limit int) ([]outbox.Record, error) {
 	defer rows.Close()
 	sc := getScanner()
 	defer putScanner(sc)
 	for len(dst) < limit && rows.Next() {
+		if dst == nil {
+			dst = make([]outbox.Record, 0, min(limit, sqlrows.PreallocMax))
+		}
 		var r *outbox.Record
 		dst, r = next(dst)
 		if err := sc.scan(rows, r); err != nil {

@@ -29,7 +29,7 @@ func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, limit int, after outbo
 	}
 	sc := s.scanner()
 	defer s.scanners.Put(sc)
-	return sqlrows.Collect(rows, sc.scan)
+	return sqlrows.CollectUpTo(rows, limit, sc.scan)
 }
 
 // finishBatch runs LockedBatch.Finish's statements in the batch's transaction.
