@@ -116,6 +116,15 @@ func CheckInboxKey(field, s string) error {
 	return nil
 }
 
+// CheckInboxEntry validates an inbox entry's consumer name and message UUID
+// (CheckInboxKey of each); dialects call it before any I/O.
+func CheckInboxEntry(consumer, messageUUID string) error {
+	if err := CheckInboxKey("consumer", consumer); err != nil {
+		return err
+	}
+	return CheckInboxKey("message UUID", messageUUID)
+}
+
 // CheckInboxLease validates l; dialects call it before any I/O.
 func CheckInboxLease(l InboxLeaseParams) error {
 	switch {
@@ -127,4 +136,45 @@ func CheckInboxLease(l InboxLeaseParams) error {
 		return fmt.Errorf("inbox lease: owner must be valid UTF-8 without NUL, at most 255 bytes")
 	}
 	return nil
+}
+
+// InboxBeginner is the optional capability of an Inbox store that begins a transaction
+// with an inbox record as its first statement, and sends that record in the round trip
+// of the BEGIN itself when db was opened through the dialect's connector
+// (postgres.WrapConnector or postgres.OpenDB; mysql.NewConnector or mysql.OpenDB). On
+// any other pool it begins, then records, as BeginRecordInbox does for a store without
+// the capability. package inbox's Inbox.OutboxMiddleware begins every handler
+// transaction through it.
+type InboxBeginner interface {
+	// BeginRecordInbox begins a transaction on db with opts and records (consumer,
+	// messageUUID) at processedAt in it, with RecordInbox's rules. On an error no
+	// transaction is left open (it was rolled back, or never begun); an invalid key is
+	// an error wrapping ErrInvalidRecord before any I/O.
+	BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOptions, consumer, messageUUID string, processedAt time.Time) (tx *sql.Tx, first bool, err error)
+}
+
+// BeginRecordInbox begins a transaction on db with opts and records (consumer,
+// messageUUID) in it as its first statement: through store's InboxBeginner when it has
+// one (one round trip on a pool of the dialect's connector), else db.BeginTx then
+// RecordInbox. On an error no transaction is left open.
+func BeginRecordInbox(ctx context.Context, store Inbox, db *sql.DB, opts *sql.TxOptions, consumer, messageUUID string, processedAt time.Time) (*sql.Tx, bool, error) {
+	if b, ok := store.(InboxBeginner); ok {
+		return b.BeginRecordInbox(ctx, db, opts, consumer, messageUUID, processedAt)
+	}
+	if err := CheckInboxEntry(consumer, messageUUID); err != nil {
+		return nil, false, err
+	}
+	if db == nil {
+		return nil, false, fmt.Errorf("%w: begin and record inbox: db is nil", ErrInvalidArgument)
+	}
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, false, fmt.Errorf("begin: %w", err)
+	}
+	first, err := store.RecordInbox(ctx, tx, consumer, messageUUID, processedAt)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, false, err
+	}
+	return tx, first, nil
 }

@@ -20,11 +20,16 @@ import (
 
 // BenchmarkHandlerTx measures one handler transaction (one business INSERT, one
 // outgoing outbox message) through publisher's Middleware without the inbox
-// (baseline), with it (a new message), and for a duplicate (skipped), plus the baseline
-// with one extra trivial statement (SELECT 1: the price of one more round trip, which is
-// what recording adds), interleaved in one loop so that the machine's load hits all
-// alike. It reports each one's time per transaction and the ratios over the baseline
-// (inbox-x, duplicate-x, roundtrip-x).
+// (baseline), with Inbox.OutboxMiddleware (fused: the record travels with the BEGIN), with
+// publisher's Middleware around Inbox.Middleware (separate: the record is the statement
+// after the BEGIN), and for a duplicate (fused, skipped), plus the baseline with one
+// extra trivial statement (SELECT 1: the price of one more round trip, which is what
+// the separate wiring adds), interleaved in one loop so that the machine's load hits
+// all alike. Every contender runs on one pool, opened through the dialect's connector
+// (postgres.OpenDB, mysql.OpenDB; SQL Server has none), whose transactions without an
+// inbox record are the driver's own. It reports each one's time per transaction and
+// the ratios over the baseline (fused-x, inbox-x for the separate wiring, duplicate-x,
+// roundtrip-x).
 //
 // The "filled" variants first fill the inbox with OUTBOX_BENCH_INBOX_ENTRIES entries
 // (default 1,000,000; 10,000,000 under OUTBOX_TEST_FULL=1): recording must cost the same
@@ -50,14 +55,16 @@ func benchHandlerTx(b *testing.B, d *inboxtest.Dialect, filled int) {
 	if d.Name == testenv.SQLServer && filled > 0 {
 		b.Skip("no fill statement for SQL Server")
 	}
-	e := inboxtest.NewEnv(b, d)
+	e := inboxtest.NewEnvWired(b, d, inboxtest.Fused)
 	if filled > 0 {
 		fillInbox(b, e, filled)
 	}
 	in := e.NewInbox(b, inbox.Config{})
 	h := handler(e, nil)
-	baseline := e.Out.Middleware()(func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) })
-	withInbox := chain(e, in, h)
+	inner := func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) }
+	baseline := e.Out.Middleware()(inner)
+	fused := in.OutboxMiddleware(e.Out)(inner)
+	withInbox := e.Out.Middleware()(in.Middleware()(inner))
 	oneMore := e.Out.Middleware()(func(msg *message.Message) ([]*message.Message, error) {
 		tx, _ := publisher.SQLTxFromContext(msg.Context())
 		var one int
@@ -66,7 +73,7 @@ func benchHandlerTx(b *testing.B, d *inboxtest.Dialect, filled int) {
 		}
 		return nil, h(msg)
 	})
-	if err := deliver(withInbox, "dup"); err != nil {
+	if err := deliver(fused, "dup"); err != nil {
 		b.Fatal(err)
 	}
 	run := func(hf message.HandlerFunc, uuid string) time.Duration {
@@ -76,7 +83,7 @@ func benchHandlerTx(b *testing.B, d *inboxtest.Dialect, filled int) {
 		}
 		return time.Since(t0)
 	}
-	var base, rec, dup, rt time.Duration
+	var base, rec, fus, dup, rt time.Duration
 	i := 0
 	for b.Loop() {
 		id := watermill.NewUUID()
@@ -84,7 +91,8 @@ func benchHandlerTx(b *testing.B, d *inboxtest.Dialect, filled int) {
 		steps := []func(){
 			func() { base += run(baseline, id) },
 			func() { rec += run(withInbox, id) },
-			func() { dup += run(withInbox, "dup") },
+			func() { fus += run(fused, id+"-f") },
+			func() { dup += run(fused, "dup") },
 			func() { rt += run(oneMore, id+"-rt") },
 		}
 		for k := range steps {
@@ -95,6 +103,8 @@ func benchHandlerTx(b *testing.B, d *inboxtest.Dialect, filled int) {
 	n := float64(i)
 	b.ReportMetric(float64(base.Nanoseconds())/n, "baseline-ns/tx")
 	b.ReportMetric(float64(rec.Nanoseconds())/n, "inbox-ns/tx")
+	b.ReportMetric(float64(fus.Nanoseconds())/n, "fused-ns/tx")
+	b.ReportMetric(float64(fus)/float64(base), "fused-x")
 	b.ReportMetric(float64(dup.Nanoseconds())/n, "duplicate-ns/tx")
 	b.ReportMetric(float64(rec)/float64(base), "inbox-x")
 	b.ReportMetric(float64(dup)/float64(base), "duplicate-x")

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -51,10 +52,38 @@ func (i *Inbox) Counters() Counters {
 	return Counters{Recorded: i.recorded.Load(), Duplicates: i.duplicates.Load()}
 }
 
+// OutboxMiddleware returns publisher's Middleware (of ob) and this inbox's in one, to
+// add in place of both: each handler call's transaction begins with the message's
+// inbox record (outbox.BeginRecordInbox), and a message the consumer has applied
+// already commits its count and skips the handler. On a pool opened through the
+// dialect's connector (postgres.OpenDB or WrapConnector, mysql.OpenDB or NewConnector)
+// the record travels in the round trip of the BEGIN, so that it costs the handler
+// transaction no round trip of its own; on any other pool it is the statement after
+// the BEGIN, as with Middleware. Everything else is as ob.Middleware and Middleware
+// together (see the package doc).
+func (i *Inbox) OutboxMiddleware(ob *publisher.Outbox) message.HandlerMiddleware {
+	return ob.MiddlewareBegin(i.begin)
+}
+
+// begin is OutboxMiddleware's publisher.BeginFunc.
+func (i *Inbox) begin(msg *message.Message, db *sql.DB, opts *sql.TxOptions) (*sql.Tx, bool, error) {
+	consumer, err := i.consumer(msg)
+	if err != nil {
+		return nil, false, err
+	}
+	tx, first, err := outbox.BeginRecordInbox(msg.Context(), i.store, db, opts, consumer, msg.UUID, i.config.Now())
+	if err != nil {
+		return nil, false, fmt.Errorf("inbox: record message %s for %q: %w", msg.UUID, consumer, err)
+	}
+	i.count(msg, consumer, first)
+	return tx, first, nil
+}
+
 // Middleware returns the router middleware that records each message in the outbox
 // transaction publisher's Middleware opened (it must run around this one) and runs the
 // handler only for a message the consumer has not applied yet. A duplicate returns no
 // messages and no error: the transaction commits nothing and the router acks.
+// OutboxMiddleware does the same with one round trip fewer on the dialect's connector.
 func (i *Inbox) Middleware() message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
@@ -62,32 +91,49 @@ func (i *Inbox) Middleware() message.HandlerMiddleware {
 			if err != nil {
 				return nil, err
 			}
+			i.count(msg, consumer, first)
 			if !first {
-				i.duplicates.Add(1)
-				i.config.Metrics.Duplicate(consumer)
-				i.logger.Debug("inbox: duplicate skipped", watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID})
 				return nil, nil
 			}
-			i.recorded.Add(1)
-			i.config.Metrics.Recorded(consumer)
 			return h(msg)
 		}
 	}
 }
 
+// count counts a recorded message or a skipped duplicate.
+func (i *Inbox) count(msg *message.Message, consumer string, first bool) {
+	if !first {
+		i.duplicates.Add(1)
+		i.config.Metrics.Duplicate(consumer)
+		i.logger.Debug("inbox: duplicate skipped", watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID})
+		return
+	}
+	i.recorded.Add(1)
+	i.config.Metrics.Recorded(consumer)
+}
+
+// consumer returns msg's consumer name; an error for a message without a UUID.
+func (i *Inbox) consumer(msg *message.Message) (string, error) {
+	if msg.UUID == "" {
+		return "", fmt.Errorf("inbox: handler %q: %w", message.HandlerNameFromCtx(msg.Context()), outbox.ErrNoMessageUUID)
+	}
+	consumer, err := i.config.Consumer(msg)
+	if err != nil {
+		return "", fmt.Errorf("inbox: consumer of message %s: %w", msg.UUID, err)
+	}
+	return consumer, nil
+}
+
 // record inserts msg's UUID for its consumer in the context's transaction.
 func (i *Inbox) record(msg *message.Message) (first bool, consumer string, err error) {
 	ctx := msg.Context()
-	if msg.UUID == "" {
-		return false, "", fmt.Errorf("inbox: handler %q: %w", message.HandlerNameFromCtx(ctx), outbox.ErrNoMessageUUID)
-	}
-	consumer, err = i.config.Consumer(msg)
+	consumer, err = i.consumer(msg)
 	if err != nil {
-		return false, "", fmt.Errorf("inbox: consumer of message %s: %w", msg.UUID, err)
+		return false, "", err
 	}
 	tx, ok := publisher.TxFromContext(ctx)
 	if !ok {
-		return false, consumer, fmt.Errorf("inbox: consumer %q: %w (add publisher's Middleware before the inbox's)", consumer, outbox.ErrNoTx)
+		return false, consumer, fmt.Errorf("inbox: consumer %q: %w (add publisher's Middleware before the inbox's, or use OutboxMiddleware)", consumer, outbox.ErrNoTx)
 	}
 	first, err = i.store.RecordInbox(ctx, tx.SQLTx(), consumer, msg.UUID, i.config.Now())
 	if err != nil {

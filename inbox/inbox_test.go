@@ -41,10 +41,9 @@ func handler(e *inboxtest.Env, calls *atomic.Int64) message.NoPublishHandlerFunc
 	}
 }
 
-// chain wraps h the way a router would with out.Middleware(db) and in.Middleware().
+// chain wraps h the way a router would under the env's wiring (inboxtest.Env.Chain).
 func chain(e *inboxtest.Env, in *inbox.Inbox, h message.NoPublishHandlerFunc) message.HandlerFunc {
-	inner := func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) }
-	return e.Out.Middleware()(in.Middleware()(inner))
+	return e.Chain(in, func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) })
 }
 
 func deliver(h message.HandlerFunc, uuid string) error {
@@ -275,7 +274,11 @@ func TestRouterConsumerIsHandlerName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		router.AddMiddleware(e.Out.Middleware(), in.Middleware())
+		if e.Wiring == inboxtest.Fused {
+			router.AddMiddleware(in.OutboxMiddleware(e.Out))
+		} else {
+			router.AddMiddleware(e.Out.Middleware(), in.Middleware())
+		}
 		var calls atomic.Int64
 		router.AddConsumerHandler("orders_consumer", "in", pubsub, handler(e, &calls))
 		ctx, cancel := context.WithCancel(context.Background())

@@ -117,7 +117,14 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 			}
 			return db, nil
 		},
-		OpenDB:    func() (*sql.DB, error) { return openConfig(cfg.Clone()) },
+		OpenDB: func() (*sql.DB, error) { return openConfig(cfg.Clone()) },
+		OpenConnectorDB: func() (*sql.DB, error) {
+			c, err := mysql.NewConnector(cfg)
+			if err != nil {
+				return nil, err
+			}
+			return sql.OpenDB(c), nil
+		},
 		MaxParams: 65535,
 	}
 }

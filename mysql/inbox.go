@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/beginfirst"
 )
 
 var _ outbox.Inbox = (*Store)(nil)
@@ -20,7 +21,7 @@ var _ outbox.Inbox = (*Store)(nil)
 // pair recorded and committed before gets its duplicates count raised instead (2 rows
 // affected), and RecordInbox reports false.
 func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
-	if err := checkInboxEntry(consumer, messageUUID); err != nil {
+	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
 		return false, fmt.Errorf("mysql: record inbox: %w", err)
 	}
 	if tx == nil {
@@ -35,13 +36,57 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 		return false, wrapErr("record inbox", inboxSchemaHint(err, s.q.inbox))
 	}
 	n, err := res.RowsAffected()
-	switch {
-	case err != nil:
+	if err != nil {
 		return false, wrapErr("record inbox", err)
-	case n != 1 && n != 2:
+	}
+	return inboxFirst(n)
+}
+
+// inboxFirst reads the inbox INSERT's affected-row count: 1 for a new entry, 2 for a
+// duplicate whose count was raised (whatever clientFoundRows says).
+func inboxFirst(n int64) (bool, error) {
+	if n != 1 && n != 2 {
 		return false, fmt.Errorf("mysql: record inbox: %d rows affected; want 1 (new) or 2 (duplicate)", n)
 	}
 	return n == 1, nil
+}
+
+var _ outbox.InboxBeginner = (*Store)(nil)
+
+// BeginRecordInbox begins a transaction on db with opts whose first statement records
+// (consumer, messageUUID), as RecordInbox does. On a pool opened through
+// [NewConnector] ([OpenDB]) START TRANSACTION and the record go as one query, one round
+// trip; on another pool the record follows the BEGIN.
+func (s *Store) BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOptions, consumer, messageUUID string, processedAt time.Time) (*sql.Tx, bool, error) {
+	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
+		return nil, false, fmt.Errorf("mysql: record inbox: %w", err)
+	}
+	if db == nil {
+		return nil, false, fmt.Errorf("mysql: %w: record inbox: db is nil", outbox.ErrInvalidArgument)
+	}
+	at, err := timeArg(processedAt)
+	if err != nil {
+		return nil, false, fmt.Errorf("mysql: record inbox: processedAt: %w", err)
+	}
+	first := &beginfirst.Statement{Dialect: dialect, Query: bind(s.q.inboxRecord, consumer, messageUUID, at)}
+	tx, err := db.BeginTx(beginfirst.With(ctx, first), opts)
+	if err != nil {
+		return nil, false, wrapErr("begin and record inbox", inboxSchemaHint(err, s.q.inbox))
+	}
+	if !first.Ran {
+		ok, err := s.RecordInbox(ctx, tx, consumer, messageUUID, processedAt)
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, false, err
+		}
+		return tx, ok, nil
+	}
+	ok, err := inboxFirst(first.Affected)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, false, err
+	}
+	return tx, ok, nil
 }
 
 // inboxSchemaHint names the fix when the inbox table predates its duplicates column
@@ -52,13 +97,6 @@ func inboxSchemaHint(err error, table string) error {
 		return outbox.SchemaOutdated(err, "ALTER TABLE "+table+" ADD COLUMN duplicates BIGINT NOT NULL DEFAULT 0")
 	}
 	return err
-}
-
-func checkInboxEntry(consumer, messageUUID string) error {
-	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
-		return err
-	}
-	return outbox.CheckInboxKey("message UUID", messageUUID)
 }
 
 // PruneInbox deletes up to limit entries processed before before, oldest first.

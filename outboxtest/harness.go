@@ -56,6 +56,12 @@ type Harness struct {
 	// OpenInTimeZone("+00:00"); when both are nil the closed-database test fails.
 	OpenDB func() (*sql.DB, error)
 
+	// OpenConnectorDB, when set, opens a new *sql.DB to the same database through the
+	// dialect's connector (postgres.OpenDB, mysql.OpenDB), on which a store records an
+	// inbox entry in the round trip of the BEGIN. The Inbox/BeginRecord rules run on it
+	// as well as on DB. The suite closes it.
+	OpenConnectorDB func() (*sql.DB, error)
+
 	// MaxParams is the most bind parameters one statement may carry on this engine
 	// (MySQL/MariaDB 65535, PostgreSQL 65535 with pgx, SQL Server 2100 minus a margin).
 	// The benchmark baseline chunks its hand-written multi-row INSERT under it. Zero

@@ -11,7 +11,7 @@ import (
 )
 
 func inboxTests() []subtest {
-	return []subtest{
+	return append([]subtest{
 		{"FirstThenDuplicate", testInboxFirstThenDuplicate},
 		{"DuplicatesCountedOnCommit", testInboxDuplicatesCounted},
 		{"RolledBackIsForgotten", testInboxRolledBack},
@@ -24,7 +24,7 @@ func inboxTests() []subtest {
 		{"Prune", testInboxPrune},
 		{"Stats", testInboxStats},
 		{"Lease", testInboxLease},
-	}
+	}, inboxBeginTests()...)
 }
 
 // inboxEnv is a test's outbox whose store must implement outbox.Inbox.

@@ -33,8 +33,9 @@ func harness(t testing.TB) outboxtest.Harness {
 		OpenInTimeZone: func(tz string) (*sql.DB, error) {
 			return openWith(dsn, tz)
 		},
-		OpenDB:    func() (*sql.DB, error) { return openWith(dsn, "") },
-		MaxParams: 65535,
+		OpenDB:          func() (*sql.DB, error) { return openWith(dsn, "") },
+		OpenConnectorDB: func() (*sql.DB, error) { return postgres.OpenDB(dsn) },
+		MaxParams:       65535,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/beginfirst"
 )
 
 var _ outbox.Inbox = (*Store)(nil)
@@ -19,10 +20,7 @@ var _ outbox.Inbox = (*Store)(nil)
 // recorded and committed before gets its duplicates count raised instead (RETURNING
 // gives at least 1), and RecordInbox reports false.
 func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
-	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
-		return false, fmt.Errorf("postgres: record inbox: %w", err)
-	}
-	if err := outbox.CheckInboxKey("message UUID", messageUUID); err != nil {
+	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
 		return false, fmt.Errorf("postgres: record inbox: %w", err)
 	}
 	if tx == nil {
@@ -33,6 +31,36 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 		return false, wrap("record inbox", inboxSchemaHint(err, s.q.n.inbox))
 	}
 	return dups == 0, nil
+}
+
+var _ outbox.InboxBeginner = (*Store)(nil)
+
+// BeginRecordInbox begins a transaction on db with opts whose first statement records
+// (consumer, messageUUID), as RecordInbox does. On a pool opened through
+// [WrapConnector] ([OpenDB]) the BEGIN and the record go in one round trip; on another
+// pool the record follows the BEGIN.
+func (s *Store) BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOptions, consumer, messageUUID string, processedAt time.Time) (*sql.Tx, bool, error) {
+	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
+		return nil, false, fmt.Errorf("postgres: record inbox: %w", err)
+	}
+	if db == nil {
+		return nil, false, fmt.Errorf("postgres: %w: record inbox: db is nil", outbox.ErrInvalidArgument)
+	}
+	var dups int64
+	first := &beginfirst.Statement{Dialect: dialect, Query: s.q.inboxRecord, Args: []any{consumer, messageUUID, processedAt}, Dest: []any{&dups}}
+	tx, err := db.BeginTx(beginfirst.With(ctx, first), opts)
+	if err != nil {
+		return nil, false, wrap("begin and record inbox", inboxSchemaHint(err, s.q.n.inbox))
+	}
+	if !first.Ran {
+		ok, err := s.RecordInbox(ctx, tx, consumer, messageUUID, processedAt)
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, false, err
+		}
+		return tx, ok, nil
+	}
+	return tx, dups == 0, nil
 }
 
 // inboxSchemaHint names the fix when the inbox table predates its duplicates column

@@ -54,15 +54,37 @@ func (o *Outbox) Middleware() message.HandlerMiddleware { return o.MiddlewareDB(
 // MiddlewareDB is Middleware with its transactions on another pool than the store's
 // (see BeginDB).
 func (o *Outbox) MiddlewareDB(db *sql.DB) message.HandlerMiddleware {
+	return o.middleware(db, nil)
+}
+
+// BeginFunc begins the transaction of one handler call on db with opts (Config.TxOptions)
+// in place of db.BeginTx, and may do the transaction's first work. run false means the
+// handler must not run: the middleware commits the transaction (what begin wrote in it
+// stands), returns no error and the router acks the message. An error is returned by
+// the middleware (the router nacks); begin must leave no transaction open then.
+type BeginFunc func(msg *message.Message, db *sql.DB, opts *sql.TxOptions) (tx *sql.Tx, run bool, err error)
+
+// MiddlewareBegin is Middleware with each transaction begun by begin: package inbox's
+// Inbox.OutboxMiddleware is built on it, so that the transaction begins with the
+// message's inbox record and a message already applied skips the handler.
+func (o *Outbox) MiddlewareBegin(begin BeginFunc) message.HandlerMiddleware {
+	return o.middleware(o.store.DB(), begin)
+}
+
+// middleware is MiddlewareDB(db) with its transactions begun by begin (nil: BeginDB).
+func (o *Outbox) middleware(db *sql.DB, begin BeginFunc) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) (_ []*message.Message, err error) {
 			ctx := msg.Context()
 			if _, forwarded := outbox.ForwardedFromContext(ctx); forwarded {
 				return h(msg)
 			}
-			tx, err := o.BeginDB(ctx, db)
+			tx, run, err := o.beginFor(msg, db, begin)
 			if err != nil {
 				return nil, fmt.Errorf("publisher: middleware: %w", err)
+			}
+			if !run {
+				return nil, tx.Commit(ctx)
 			}
 			msg.SetContext(ContextWithTx(ctx, tx))
 			defer msg.SetContext(ctx)
@@ -98,6 +120,29 @@ func (o *Outbox) MiddlewareDB(db *sql.DB) message.HandlerMiddleware {
 			return nil, nil
 		}
 	}
+}
+
+// beginFor begins msg's transaction on db: through begin when there is one (retried
+// once on a stale pooled connection, as BeginDB is), else BeginDB. run false: the
+// handler must not run.
+func (o *Outbox) beginFor(msg *message.Message, db *sql.DB, begin BeginFunc) (tx *Tx, run bool, err error) {
+	ctx := msg.Context()
+	if begin == nil {
+		tx, err := o.BeginDB(ctx, db)
+		return tx, true, err
+	}
+	if db == nil {
+		return nil, false, errors.New("publisher: Begin: db is nil")
+	}
+	sqlTx, run, err := begin(msg, db, o.config.TxOptions)
+	if err != nil && o.staleConn(err) && ctx.Err() == nil {
+		sqlTx, run, err = begin(msg, db, o.config.TxOptions)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	o.begun.Add(1)
+	return o.newTx(ctx, sqlTx, false), run, nil
 }
 
 func rollbackWith(tx *Tx, err error) error {

@@ -17,10 +17,7 @@ var _ outbox.Inbox = (*Store)(nil)
 // the pair was recorded and committed before: the entry's duplicates is raised (a
 // second statement, for duplicates only), it reports false and tx stays usable.
 func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUUID string, processedAt time.Time) (bool, error) {
-	if err := outbox.CheckInboxKey("consumer", consumer); err != nil {
-		return false, fmt.Errorf("sqlserver: record inbox: %w", err)
-	}
-	if err := outbox.CheckInboxKey("message UUID", messageUUID); err != nil {
+	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
 		return false, fmt.Errorf("sqlserver: record inbox: %w", err)
 	}
 	if tx == nil {
@@ -38,6 +35,31 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 		return false, wrap("record inbox: count the duplicate", inboxSchemaHint(err, s.q.inbox))
 	}
 	return false, nil
+}
+
+var _ outbox.InboxBeginner = (*Store)(nil)
+
+// BeginRecordInbox begins a transaction on db with opts and records (consumer,
+// messageUUID) in it with RecordInbox: two round trips. SQL Server has no connector
+// that joins them (go-mssqldb begins a transaction with a request of its own, which
+// the next batch cannot travel with).
+func (s *Store) BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOptions, consumer, messageUUID string, processedAt time.Time) (*sql.Tx, bool, error) {
+	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
+		return nil, false, fmt.Errorf("sqlserver: record inbox: %w", err)
+	}
+	if db == nil {
+		return nil, false, invalidf("record inbox", "db is nil")
+	}
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, false, wrap("begin and record inbox", err)
+	}
+	first, err := s.RecordInbox(ctx, tx, consumer, messageUUID, processedAt)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, false, err
+	}
+	return tx, first, nil
 }
 
 // PruneInbox deletes up to limit entries processed before before, oldest first.

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	_ "github.com/go-sql-driver/mysql"  // the MySQL dialect's driver
 	_ "github.com/jackc/pgx/v5/stdlib"  // the PostgreSQL dialect's driver
 	_ "github.com/microsoft/go-mssqldb" // the SQL Server dialect's driver
@@ -31,9 +33,35 @@ import (
 type Dialect struct {
 	Name   string // testenv service
 	Driver string
+	// OpenDB opens a pool through the dialect's connector, which sends the inbox record
+	// in the round trip of the BEGIN (nil: the dialect has none; Fused tests then use
+	// the plain driver's pool).
+	OpenDB func(dsn string) (*sql.DB, error)
 	Store  func(db *sql.DB, opts outbox.Options) (Store, error)
 	Table  func(opts outbox.Options, table string) string
 	Ph     func(n int) string
+}
+
+// Wiring is how a test's handlers reach the inbox.
+type Wiring int
+
+const (
+	// Separate: publisher's Middleware around the inbox's Middleware, on a pool of the
+	// plain driver (the record is the statement after the BEGIN).
+	Separate Wiring = iota
+	// Fused: Inbox.OutboxMiddleware on a pool opened through the dialect's connector
+	// (Dialect.OpenDB): the record travels with the BEGIN.
+	Fused
+)
+
+// Wirings are both wirings; EachDialect runs every test under each.
+var Wirings = []Wiring{Separate, Fused}
+
+func (w Wiring) String() string {
+	if w == Fused {
+		return "fused"
+	}
+	return "separate"
 }
 
 // Store is a dialect's store: the outbox and the inbox capability.
@@ -45,14 +73,15 @@ type Store interface {
 // Dialects are the engines: MariaDB/MySQL, PostgreSQL, SQL Server.
 var Dialects = []*Dialect{
 	{
-		Name: testenv.MySQL, Driver: "mysql",
+		Name: testenv.MySQL, Driver: "mysql", OpenDB: mysql.OpenDB,
 		Store: func(db *sql.DB, o outbox.Options) (Store, error) { return mysql.New(db, o) },
 		Table: mysql.QualifiedTable, Ph: func(int) string { return "?" },
 	},
 	{
 		Name: testenv.Postgres, Driver: "pgx",
-		Store: func(db *sql.DB, o outbox.Options) (Store, error) { return postgres.New(db, o) },
-		Table: postgres.QualifiedTable, Ph: func(n int) string { return "$" + strconv.Itoa(n) },
+		OpenDB: func(dsn string) (*sql.DB, error) { return postgres.OpenDB(dsn) },
+		Store:  func(db *sql.DB, o outbox.Options) (Store, error) { return postgres.New(db, o) },
+		Table:  postgres.QualifiedTable, Ph: func(n int) string { return "$" + strconv.Itoa(n) },
 	},
 	{
 		Name: testenv.SQLServer, Driver: "sqlserver",
@@ -68,16 +97,25 @@ var (
 	dbs   = map[string]*sql.DB{}
 )
 
-// SharedDB opens one pool per dialect for the test binary.
-func SharedDB(t testing.TB, d *Dialect) *sql.DB {
+// SharedDB opens one pool per dialect for the test binary (Separate's).
+func SharedDB(t testing.TB, d *Dialect) *sql.DB { return SharedDBWired(t, d, Separate) }
+
+// SharedDBWired opens one pool per dialect and wiring for the test binary: Fused's
+// through the dialect's connector.
+func SharedDBWired(t testing.TB, d *Dialect, w Wiring) *sql.DB {
 	t.Helper()
 	dsn := testenv.DSN(t, d.Name)
 	dbsMu.Lock()
 	defer dbsMu.Unlock()
-	if db, ok := dbs[d.Name]; ok {
+	key := d.Name + "/" + w.String()
+	if db, ok := dbs[key]; ok {
 		return db
 	}
-	db, err := sql.Open(d.Driver, dsn)
+	open := func(dsn string) (*sql.DB, error) { return sql.Open(d.Driver, dsn) }
+	if w == Fused && d.OpenDB != nil {
+		open = d.OpenDB
+	}
+	db, err := open(dsn)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = db.PingContext(ctx)
@@ -88,7 +126,7 @@ func SharedDB(t testing.TB, d *Dialect) *sql.DB {
 	}
 	db.SetMaxOpenConns(40)
 	db.SetMaxIdleConns(40)
-	dbs[d.Name] = db
+	dbs[key] = db
 	return db
 }
 
@@ -101,29 +139,42 @@ type Env struct {
 	Store   Store
 	Out     *publisher.Outbox
 	Effects string // quoted, qualified
+	Wiring  Wiring
 }
 
-// EachDialect runs fn as a parallel subtest per engine, with fresh tables.
+// EachDialect runs fn as a parallel subtest per engine and wiring, with fresh tables.
 func EachDialect(t *testing.T, fn func(t *testing.T, e *Env)) {
 	t.Helper()
+	for _, w := range Wirings {
+		EachDialectWired(t, w, fn)
+	}
+}
+
+// EachDialectWired runs fn as a parallel subtest per engine under wiring w, with fresh
+// tables.
+func EachDialectWired(t *testing.T, w Wiring, fn func(t *testing.T, e *Env)) {
+	t.Helper()
 	for _, d := range Dialects {
-		t.Run(d.Name, func(t *testing.T) {
+		t.Run(d.Name+"/"+w.String(), func(t *testing.T) {
 			t.Parallel()
-			fn(t, NewEnv(t, d))
+			fn(t, NewEnvWired(t, d, w))
 		})
 	}
 }
 
-// NewEnv creates fresh tables (outbox, inbox, effects) on d.
-func NewEnv(t testing.TB, d *Dialect) *Env {
+// NewEnv creates fresh tables (outbox, inbox, effects) on d, wired Separate.
+func NewEnv(t testing.TB, d *Dialect) *Env { return NewEnvWired(t, d, Separate) }
+
+// NewEnvWired creates fresh tables (outbox, inbox, effects) on d's pool for wiring w.
+func NewEnvWired(t testing.TB, d *Dialect, w Wiring) *Env {
 	t.Helper()
-	db := SharedDB(t, d)
+	db := SharedDBWired(t, d, w)
 	opts := outbox.Options{TablePrefix: testenv.Prefix(t)}
 	s, err := d.Store(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Env{D: d, DB: db, Opts: s.Options(), Store: s, Effects: d.Table(opts, opts.TablePrefix+"effects")}
+	e := &Env{D: d, DB: db, Opts: s.Options(), Store: s, Effects: d.Table(opts, opts.TablePrefix+"effects"), Wiring: w}
 	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
 		var errs []error
 		for _, tb := range append(opts.TableNames(), opts.TablePrefix+"effects") {
@@ -194,4 +245,13 @@ func (e *Env) NewInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 		t.Fatal(err)
 	}
 	return in
+}
+
+// Chain wraps h as a router would under the env's wiring: e.Out.Middleware() around
+// in.Middleware() (Separate), or in.OutboxMiddleware(e.Out) (Fused).
+func (e *Env) Chain(in *inbox.Inbox, h message.HandlerFunc) message.HandlerFunc {
+	if e.Wiring == Fused {
+		return in.OutboxMiddleware(e.Out)(h)
+	}
+	return e.Out.Middleware()(in.Middleware()(h))
 }

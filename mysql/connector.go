@@ -1,0 +1,167 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/relayer-go/watermill-outbox/internal/beginfirst"
+)
+
+// dialect names this package's statements for the connector (beginfirst).
+const dialect = "mysql"
+
+// OpenDB opens a pool of go-sql-driver/mysql connections for dsn through
+// [NewConnector]: an inbox record then travels in the round trip of its transaction's
+// BEGIN.
+func OpenDB(dsn string) (*sql.DB, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: open: %w", err)
+	}
+	c, err := NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+// NewConnector returns a go-sql-driver/mysql connector for cfg (which it copies) with
+// one addition: a transaction that a Store begins with a first statement of its own
+// (Store.BeginRecordInbox) sends START TRANSACTION and that statement as one query, one
+// round trip, where database/sql would send START TRANSACTION and wait for it first.
+// Every other call, including every transaction the application begins, goes to the
+// driver's connection unchanged.
+//
+// The price, and why this is not the way every pool is opened: sending two statements
+// as one query needs the driver's MultiStatements, which the connector turns on for its
+// connections. A query text may then hold several statements. Queries with placeholders
+// are unaffected (their values never become SQL text); a query that the application
+// builds by pasting untrusted text into SQL, which is an injection bug with or without
+// it, could then run a second statement of the attacker's. The store's own statement is
+// text with its values inlined as hex literals (no character of a value reaches the SQL
+// text).
+func NewConnector(cfg *mysql.Config) (driver.Connector, error) {
+	if cfg == nil {
+		return nil, errors.New("mysql: NewConnector: cfg is nil")
+	}
+	c := cfg.Clone()
+	c.MultiStatements = true
+	inner, err := mysql.NewConnector(c)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: NewConnector: %w", err)
+	}
+	return &connector{inner: inner}, nil
+}
+
+type connector struct{ inner driver.Connector }
+
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newConn(dc)
+}
+
+func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
+
+// Close closes the wrapped connector when it has a Close (sql.DB.Close calls it).
+func (c *connector) Close() error {
+	if cl, ok := c.inner.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
+}
+
+// driverConn is what go-sql-driver's connection implements and database/sql uses.
+type driverConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.NamedValueChecker
+	driver.SessionResetter
+	driver.Validator
+}
+
+// conn is a go-sql-driver connection whose BeginTx runs a store's first statement in
+// the BEGIN's round trip. Every other method is the driver's.
+type conn struct{ driverConn }
+
+func newConn(dc driver.Conn) (driver.Conn, error) {
+	inner, ok := dc.(driverConn)
+	if !ok {
+		_ = dc.Close()
+		return nil, fmt.Errorf("mysql: connector: driver connection %T lacks a method of go-sql-driver/mysql's", dc)
+	}
+	return &conn{driverConn: inner}, nil
+}
+
+// BeginTx begins as the driver does, or, when ctx carries a store's first statement,
+// sends START TRANSACTION and the statement as one query.
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	first := beginfirst.From(ctx, dialect)
+	if first == nil {
+		return c.driverConn.BeginTx(ctx, opts)
+	}
+	q, err := beginSQL(opts)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.ExecContext(ctx, q+";"+first.Query, nil)
+	if err != nil {
+		if !errors.Is(err, driver.ErrBadConn) { // ErrBadConn: nothing was sent
+			// START TRANSACTION may have run before the statement failed.
+			_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
+		}
+		return nil, err
+	}
+	if first.Affected, err = res.RowsAffected(); err != nil {
+		_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
+		return nil, err
+	}
+	first.Ran = true
+	return &tx{c: c}, nil
+}
+
+// beginSQL is what the driver sends to begin a transaction with opts.
+func beginSQL(opts driver.TxOptions) (string, error) {
+	q := ""
+	switch sql.IsolationLevel(opts.Isolation) {
+	case sql.LevelDefault:
+	case sql.LevelReadUncommitted:
+		q = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;"
+	case sql.LevelReadCommitted:
+		q = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;"
+	case sql.LevelRepeatableRead:
+		q = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;"
+	case sql.LevelSerializable:
+		q = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE;"
+	default:
+		return "", fmt.Errorf("mysql: unsupported isolation level: %v", opts.Isolation)
+	}
+	if opts.ReadOnly {
+		return q + "START TRANSACTION READ ONLY", nil
+	}
+	return q + "START TRANSACTION", nil
+}
+
+// tx is a transaction begun by conn.BeginTx with a first statement; it ends as the
+// driver's own does, with COMMIT or ROLLBACK on the connection.
+type tx struct{ c *conn }
+
+func (t *tx) Commit() error   { return t.end("COMMIT") }
+func (t *tx) Rollback() error { return t.end("ROLLBACK") }
+
+func (t *tx) end(q string) error {
+	_, err := t.c.ExecContext(context.Background(), q, nil)
+	return err
+}
