@@ -3,8 +3,8 @@
 //
 // # The promise, exactly
 //
-// A handler wrapped by [Inbox.Middleware] inside publisher's Middleware runs in one
-// database transaction that
+// A handler wrapped by [Inbox.OutboxMiddleware] (or by [Inbox.Middleware] inside
+// publisher's Middleware) runs in one database transaction that
 //
 //  1. records the incoming message's UUID for the handler's consumer name in the inbox
 //     table (<prefix>inbox, primary key consumer + message UUID),
@@ -40,15 +40,34 @@
 //
 // # Wiring
 //
-//	in, err := inbox.New(store, inbox.Config{}, logger)      // the dialect's store
+//	db, err := postgres.OpenDB(dsn)                    // or mysql.OpenDB: the dialect's connector
+//	store, err := postgres.New(db, outbox.Options{})
+//	out, err := publisher.New(store, publisher.Config{}, logger)
+//	in, err := inbox.New(store, inbox.Config{}, logger)
+//	router.AddMiddleware(in.OutboxMiddleware(out))    // publisher's Middleware and the inbox's in one
+//
+// [Inbox.OutboxMiddleware] begins each handler call's transaction with the message's
+// inbox record (outbox.BeginRecordInbox). On a pool opened through the dialect's
+// connector (postgres.OpenDB or postgres.WrapConnector, mysql.OpenDB or
+// mysql.NewConnector) the BEGIN and the record go to the server together, in one round
+// trip: recording costs the handler transaction no round trip of its own. On any other
+// pool, and on SQL Server, it is the statement after the BEGIN. Transactions that the
+// application begins itself are the driver's own on either pool. The MySQL connector
+// turns on the driver's MultiStatements for its connections (mysql.NewConnector says
+// what that changes); where that is not wanted, open the pool as usual and accept the
+// round trip.
+//
+// The two middlewares can also be added apart, the inbox's inside publisher's:
+//
 //	router.AddMiddleware(out.Middleware(), in.Middleware()) // outbox tx first, inbox inside
 //
-// Order matters: publisher's Middleware (which opens the transaction) must run around
-// the inbox middleware, which otherwise fails with outbox.ErrNoTx. Retry middleware goes
-// before both, as for publisher's Middleware. The consumer name defaults to the router
-// handler's name (Config.Consumer changes it): two handlers subscribed to the same
-// topic each apply every message once. Renaming a handler starts a new consumer with an
-// empty memory.
+// Order matters then: publisher's Middleware (which opens the transaction) must run
+// around the inbox middleware, which otherwise fails with outbox.ErrNoTx; the record is
+// the statement after the BEGIN whatever the pool. Retry middleware goes before both,
+// as for publisher's Middleware. The consumer name defaults to the router handler's
+// name (Config.Consumer changes it): two handlers subscribed to the same topic each
+// apply every message once. Renaming a handler starts a new consumer with an empty
+// memory.
 //
 // # Retention
 //
@@ -63,13 +82,15 @@
 //
 // # Cost
 //
-// Recording is one INSERT (one round trip) in a transaction the handler opens anyway: an
-// insert into the primary key and the age index. A duplicate costs one insert attempt
-// that finds the key and raises its count in place (MySQL ON DUPLICATE KEY UPDATE,
-// PostgreSQL ON CONFLICT DO UPDATE; SQL Server catches the duplicate key and runs one
-// UPDATE by key), then a commit. The table size does not slow it down: the insert walks
-// the primary key only (TestExplainInbox in the dialect packages). BenchmarkHandlerTx
-// measures the handler transaction with and without the inbox, and for a duplicate.
+// Recording is one INSERT in a transaction the handler opens anyway: an insert into the
+// primary key and the age index. With OutboxMiddleware on the dialect's connector it
+// travels with the BEGIN and adds no round trip; otherwise it is one round trip of its
+// own. A duplicate costs one insert attempt that finds the key and raises its count in
+// place (MySQL ON DUPLICATE KEY UPDATE, PostgreSQL ON CONFLICT DO UPDATE; SQL Server
+// catches the duplicate key and runs one UPDATE by key), then a commit. The table size
+// does not slow it down: the insert walks the primary key only (TestExplainInbox in the
+// dialect packages). BenchmarkHandlerTx measures the handler transaction with and
+// without the inbox, both wirings, and for a duplicate.
 //
 // # Observability
 //

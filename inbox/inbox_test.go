@@ -274,11 +274,7 @@ func TestRouterConsumerIsHandlerName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Wiring == inboxtest.Fused {
-			router.AddMiddleware(in.OutboxMiddleware(e.Out))
-		} else {
-			router.AddMiddleware(e.Out.Middleware(), in.Middleware())
-		}
+		router.AddMiddleware(e.Middleware(in)...)
 		var calls atomic.Int64
 		router.AddConsumerHandler("orders_consumer", "in", pubsub, handler(e, &calls))
 		ctx, cancel := context.WithCancel(context.Background())

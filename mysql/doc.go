@@ -70,6 +70,15 @@
 // server-side prepared statements, and nothing of a value reaches the SQL text
 // unencoded. Insert is the exception (below).
 //
+// # Connector
+//
+// A pool opened with [OpenDB] (or sql.OpenDB of [NewConnector]) is the driver's own with
+// one addition: a transaction that the Store begins with a first statement of its own,
+// the inbox record of [Store.BeginRecordInbox] (inbox.Inbox.OutboxMiddleware), sends
+// START TRANSACTION and the record as one query, one round trip, instead of a START
+// TRANSACTION that database/sql waits for before the record. For that the connector
+// turns on the driver's MultiStatements; [NewConnector] says what that changes.
+//
 // # Writes
 //
 // Insert writes inside the caller's transaction. Every record is validated first (id,

@@ -43,6 +43,16 @@
 // is used: every statement is prepared once per connection. Behind PgBouncer in
 // transaction mode, use default_query_exec_mode=exec (or simple_protocol) in the DSN.
 //
+// # Connector
+//
+// A pool opened with [OpenDB] (or sql.OpenDB of [WrapConnector] over a pgx stdlib
+// connector) is pgx's own with one addition: a transaction that the Store begins with a
+// first statement of its own, the inbox record of [Store.BeginRecordInbox]
+// (inbox.Inbox.OutboxMiddleware), goes to the server as one pipeline, BEGIN and record
+// together (pgx's Batch.BeginTx), instead of a BEGIN that database/sql waits for before
+// the record. Every other call is stdlib's unchanged; its driver connection is not a
+// *stdlib.Conn, but has the same Conn() *pgx.Conn method for (*sql.Conn).Raw.
+//
 // # Writes and claims
 //
 // Insert writes a whole batch inside the caller's transaction in one statement and one

@@ -6,10 +6,11 @@
 //
 // Service A commits orders and their OrderPlaced messages together (publisher.WithTx);
 // its forwarder sends them to RabbitMQ, at least once. Service B consumes them with a
-// router whose middleware opens one transaction per message (publisher's Middleware),
-// records the message UUID in B's inbox (inbox.Middleware), charges the payment (a row
-// in B's payments table) and stores a PaymentCharged message in B's outbox, all in one
-// commit; B's forwarder sends those on. A redelivered OrderPlaced (here: the same
+// router whose middleware (Inbox.OutboxMiddleware: publisher's Middleware and the
+// inbox's in one) opens one transaction per message with the message UUID recorded in
+// B's inbox (sent with the BEGIN, in one round trip, since the pool is opened through
+// mysql.OpenDB), charges the payment (a row in B's payments table) and stores a
+// PaymentCharged message in B's outbox, all in one commit; B's forwarder sends those on. A redelivered OrderPlaced (here: the same
 // message published to the queue a second time, as a broker does after a consumer
 // crash) is acked without charging again.
 //
@@ -85,7 +86,8 @@ func newService(ctx context.Context, db *sql.DB, prefix string, pub message.Publ
 }
 
 func run(ctx context.Context, dsn, url, prefix string) error {
-	db, err := sql.Open("mysql", dsn)
+	// Through the dialect's connector, the inbox record travels with the BEGIN.
+	db, err := mysql.OpenDB(dsn)
 	if err != nil {
 		return err
 	}
@@ -139,7 +141,7 @@ func run(ctx context.Context, dsn, url, prefix string) error {
 	if err != nil {
 		return err
 	}
-	router.AddMiddleware(b.out.Middleware(), in.Middleware()) // outbox transaction around the inbox
+	router.AddMiddleware(in.OutboxMiddleware(b.out)) // outbox transaction beginning with the inbox record
 	router.AddConsumerHandler("charge_payment", ordersTopic, sub, func(msg *message.Message) error {
 		ctx := msg.Context()
 		tx, _ := publisher.SQLTxFromContext(ctx)

@@ -45,6 +45,7 @@ const (
 	envTopicIn  = "OUTBOX_INBOX_CHILD_TOPIC_IN"
 	envTopicOut = "OUTBOX_INBOX_CHILD_TOPIC_OUT"
 	envNoInbox  = "OUTBOX_INBOX_CHILD_NO_INBOX" // the control run: the consumer without the inbox
+	envWiring   = "OUTBOX_INBOX_CHILD_WIRING"   // inboxtest.Wiring's String
 	childReady  = "INBOX-CHILD-READY"
 	childDup    = "INBOX-DUPLICATE-SKIPPED"
 )
@@ -188,14 +189,17 @@ func TestHelperProcess(t *testing.T) {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	db := inboxtest.SharedDB(t, d)
+	w, err := inboxtest.ParseWiring(os.Getenv(envWiring))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := inboxtest.SharedDBWired(t, d, w)
 	url := testenv.DSN(t, testenv.AMQP)
-	var err error
 	switch role {
 	case "consumer": // the inbox consumer: effect only
-		err = runConsumer(ctx, d, db, url, false)
+		err = runConsumer(ctx, d, w, db, url, false)
 	case "serviceB": // inbox + outbox, and B's own forwarder
-		err = runConsumer(ctx, d, db, url, true)
+		err = runConsumer(ctx, d, w, db, url, true)
 	case "forwarderA":
 		err = runForwarder(ctx, d, db, url, os.Getenv(envPrefixA), true)
 	default:
@@ -207,13 +211,13 @@ func TestHelperProcess(t *testing.T) {
 }
 
 // consumerEnv rebuilds, in a child, the env the parent made.
-func childEnv(d *inboxtest.Dialect, db *sql.DB, prefix string) (*inboxtest.Env, error) {
+func childEnv(d *inboxtest.Dialect, w inboxtest.Wiring, db *sql.DB, prefix string) (*inboxtest.Env, error) {
 	opts := outbox.Options{TablePrefix: prefix}
 	s, err := d.Store(db, opts)
 	if err != nil {
 		return nil, err
 	}
-	e := &inboxtest.Env{D: d, DB: db, Opts: s.Options(), Store: s, Effects: d.Table(opts, prefix+"effects")}
+	e := &inboxtest.Env{D: d, DB: db, Opts: s.Options(), Store: s, Effects: d.Table(opts, prefix+"effects"), Wiring: w}
 	e.Out, err = publisher.New(s, publisher.Config{}, nil)
 	return e, err
 }
@@ -222,8 +226,8 @@ func childEnv(d *inboxtest.Dialect, db *sql.DB, prefix string) (*inboxtest.Env, 
 // row and, with publish, one outgoing message (a fresh UUID) through the outbox, which
 // its forwarder sends to envTopicOut. The handler sleeps a little inside and after the
 // transaction, so that kills land mid-handler and between commit and ack.
-func runConsumer(ctx context.Context, d *inboxtest.Dialect, db *sql.DB, url string, publish bool) error {
-	e, err := childEnv(d, db, os.Getenv(envPrefix))
+func runConsumer(ctx context.Context, d *inboxtest.Dialect, w inboxtest.Wiring, db *sql.DB, url string, publish bool) error {
+	e, err := childEnv(d, w, db, os.Getenv(envPrefix))
 	if err != nil {
 		return err
 	}
@@ -250,7 +254,7 @@ func runConsumer(ctx context.Context, d *inboxtest.Dialect, db *sql.DB, url stri
 	if os.Getenv(envNoInbox) != "" {
 		router.AddMiddleware(afterCommit, e.Out.Middleware())
 	} else {
-		router.AddMiddleware(afterCommit, e.Out.Middleware(), in.Middleware())
+		router.AddMiddleware(append([]message.HandlerMiddleware{afterCommit}, e.Middleware(in)...)...)
 	}
 	router.AddConsumerHandler("consumer", os.Getenv(envTopicIn), sub, func(msg *message.Message) error {
 		ctx := msg.Context()
@@ -320,6 +324,25 @@ func crashLoop(t *testing.T, done func() bool, deadline time.Duration, role stri
 	return kills, dups
 }
 
+// crashDialects runs fn on MariaDB and PostgreSQL (SQL Server is not crash-tested)
+// with Inbox.OutboxMiddleware on the dialect's connector, and, under OUTBOX_TEST_FULL,
+// again with publisher's Middleware around Inbox.Middleware.
+func crashDialects(t *testing.T, fn func(t *testing.T, e *inboxtest.Env)) {
+	t.Helper()
+	wirings := []inboxtest.Wiring{inboxtest.Fused}
+	if os.Getenv("OUTBOX_TEST_FULL") != "" {
+		wirings = inboxtest.Wirings
+	}
+	for _, w := range wirings {
+		inboxtest.EachDialectWired(t, w, func(t *testing.T, e *inboxtest.Env) {
+			if e.D.Name == testenv.SQLServer {
+				t.Skip("crash runs on MariaDB and PostgreSQL")
+			}
+			fn(t, e)
+		})
+	}
+}
+
 func e2eSize() int {
 	if os.Getenv("OUTBOX_TEST_FULL") != "" {
 		return 20000
@@ -359,10 +382,7 @@ func TestE2E_SIGKILLConsumer(t *testing.T) {
 		t.Skip("short: a crash run takes half a minute")
 	}
 	url := testenv.DSN(t, testenv.AMQP)
-	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
-		if e.D.Name == testenv.SQLServer {
-			t.Skip("crash runs on MariaDB and PostgreSQL")
-		}
+	crashDialects(t, func(t *testing.T, e *inboxtest.Env) {
 		n := e2eSize()
 		topic := uniqueName("inbox_kill_")
 		declareQueues(t, url, topic)
@@ -370,7 +390,7 @@ func TestE2E_SIGKILLConsumer(t *testing.T) {
 		start := time.Now()
 		applied := func() bool { return e.Count(t, "SELECT COUNT(DISTINCT message_uuid) FROM "+e.Effects) >= n }
 		kills, dups := crashLoop(t, applied, 10*time.Minute, "consumer",
-			envDialect+"="+e.D.Name, envPrefix+"="+e.Opts.TablePrefix, envTopicIn+"="+topic)
+			envDialect+"="+e.D.Name, envWiring+"="+e.Wiring.String(), envPrefix+"="+e.Opts.TablePrefix, envTopicIn+"="+topic)
 		time.Sleep(500 * time.Millisecond) // let a redelivery in flight show up, were it applied twice
 		e.CheckApplications(t, n)
 		t.Logf("%s: %d messages, %d SIGKILLs, %s: each effect applied once (%d effect rows, %d inbox entries), %d redeliveries skipped as duplicates",
@@ -400,17 +420,14 @@ func TestE2E_SIGKILLControl(t *testing.T) {
 		t.Skip("set OUTBOX_TEST_INBOX_CONTROL=1 to run the control (consumer without the inbox)")
 	}
 	url := testenv.DSN(t, testenv.AMQP)
-	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
-		if e.D.Name == testenv.SQLServer {
-			t.Skip("crash runs on MariaDB and PostgreSQL")
-		}
+	crashDialects(t, func(t *testing.T, e *inboxtest.Env) {
 		n := e2eSize()
 		topic := uniqueName("inbox_control_")
 		declareQueues(t, url, topic)
 		publishDirect(t, url, topic, n)
 		applied := func() bool { return e.Count(t, "SELECT COUNT(DISTINCT message_uuid) FROM "+e.Effects) >= n }
 		kills, _ := crashLoop(t, applied, 10*time.Minute, "consumer",
-			envDialect+"="+e.D.Name, envPrefix+"="+e.Opts.TablePrefix, envTopicIn+"="+topic, envNoInbox+"=1")
+			envDialect+"="+e.D.Name, envWiring+"="+e.Wiring.String(), envPrefix+"="+e.Opts.TablePrefix, envTopicIn+"="+topic, envNoInbox+"=1")
 		time.Sleep(time.Second)
 		total := e.Count(t, "SELECT COUNT(*) FROM "+e.Effects)
 		t.Logf("%s without the inbox: %d messages, %d SIGKILLs: %d applications (%d applied twice or more)", e.D.Name, n, kills, total, total-n)
@@ -431,12 +448,9 @@ func TestE2E_TwoHops(t *testing.T) {
 		t.Skip("short: a crash run takes half a minute")
 	}
 	url := testenv.DSN(t, testenv.AMQP)
-	inboxtest.EachDialect(t, func(t *testing.T, b *inboxtest.Env) {
-		if b.D.Name == testenv.SQLServer {
-			t.Skip("crash runs on MariaDB and PostgreSQL")
-		}
+	crashDialects(t, func(t *testing.T, b *inboxtest.Env) {
 		n := e2eSize()
-		a, sink := inboxtest.NewEnv(t, b.D), inboxtest.NewEnv(t, b.D)
+		a, sink := inboxtest.NewEnvWired(t, b.D, b.Wiring), inboxtest.NewEnvWired(t, b.D, b.Wiring)
 		hop1, hop2 := uniqueName("inbox_hop1_"), uniqueName("inbox_hop2_")
 		declareQueues(t, url, hop1, hop2)
 		sinkIn := runSink(t, sink, url, hop2)
@@ -447,7 +461,7 @@ func TestE2E_TwoHops(t *testing.T) {
 		go func() { writeErr <- writeOutbox(a, hop1, n, &written) }()
 
 		start := time.Now()
-		env := []string{envDialect + "=" + b.D.Name, envPrefix + "=" + b.Opts.TablePrefix, envPrefixA + "=" + a.Opts.TablePrefix,
+		env := []string{envDialect + "=" + b.D.Name, envWiring + "=" + b.Wiring.String(), envPrefix + "=" + b.Opts.TablePrefix, envPrefixA + "=" + a.Opts.TablePrefix,
 			envTopicIn + "=" + hop1, envTopicOut + "=" + hop2}
 		sinkDone := func() bool { return sink.Count(t, "SELECT COUNT(DISTINCT note) FROM "+sink.Effects) >= n }
 		aSent := func() bool { return (written.Load() && a.OutboxRows(t) == 0) || sinkDone() }
@@ -514,7 +528,7 @@ func runSink(t *testing.T, sink *inboxtest.Env, url, topic string) *inbox.Inbox 
 	if err != nil {
 		t.Fatal(err)
 	}
-	router.AddMiddleware(sink.Out.Middleware(), in.Middleware())
+	router.AddMiddleware(sink.Middleware(in)...)
 	router.AddConsumerHandler("sink", topic, sub, func(msg *message.Message) error {
 		ctx := msg.Context()
 		tx, _ := publisher.SQLTxFromContext(ctx)

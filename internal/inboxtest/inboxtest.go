@@ -247,11 +247,31 @@ func (e *Env) NewInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 	return in
 }
 
-// Chain wraps h as a router would under the env's wiring: e.Out.Middleware() around
-// in.Middleware() (Separate), or in.OutboxMiddleware(e.Out) (Fused).
-func (e *Env) Chain(in *inbox.Inbox, h message.HandlerFunc) message.HandlerFunc {
+// Middleware is the router middleware of the env's wiring, outermost first:
+// e.Out.Middleware() and in.Middleware() (Separate), or in.OutboxMiddleware(e.Out)
+// (Fused).
+func (e *Env) Middleware(in *inbox.Inbox) []message.HandlerMiddleware {
 	if e.Wiring == Fused {
-		return in.OutboxMiddleware(e.Out)(h)
+		return []message.HandlerMiddleware{in.OutboxMiddleware(e.Out)}
 	}
-	return e.Out.Middleware()(in.Middleware()(h))
+	return []message.HandlerMiddleware{e.Out.Middleware(), in.Middleware()}
+}
+
+// Chain wraps h as a router would with the env's Middleware.
+func (e *Env) Chain(in *inbox.Inbox, h message.HandlerFunc) message.HandlerFunc {
+	mws := e.Middleware(in)
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
+// ParseWiring reads a Wiring's String.
+func ParseWiring(s string) (Wiring, error) {
+	for _, w := range Wirings {
+		if w.String() == s {
+			return w, nil
+		}
+	}
+	return Separate, fmt.Errorf("inboxtest: unknown wiring %q", s)
 }
