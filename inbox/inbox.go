@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -65,16 +66,25 @@ func (i *Inbox) OutboxMiddleware(ob *publisher.Outbox) message.HandlerMiddleware
 	return ob.MiddlewareBegin(i.begin)
 }
 
-// begin is OutboxMiddleware's publisher.BeginFunc.
-func (i *Inbox) begin(msg *message.Message, db *sql.DB, opts *sql.TxOptions) (*sql.Tx, bool, error) {
+// begin is OutboxMiddleware's publisher.BeginFunc. A panic of the metrics or the
+// logger after the record rolls the transaction back and becomes a
+// *publisher.PanicError, as it does under publisher's Middleware in the separate
+// wiring: an open transaction would keep the entry locked for the redelivery.
+func (i *Inbox) begin(msg *message.Message, db *sql.DB, opts *sql.TxOptions) (tx *sql.Tx, first bool, err error) {
 	consumer, err := i.consumer(msg)
 	if err != nil {
 		return nil, false, err
 	}
-	tx, first, err := outbox.BeginRecordInbox(msg.Context(), i.store, db, opts, consumer, msg.UUID, i.config.Now())
+	tx, first, err = outbox.BeginRecordInbox(msg.Context(), i.store, db, opts, consumer, msg.UUID, i.config.Now())
 	if err != nil {
 		return nil, false, fmt.Errorf("inbox: record message %s for %q: %w", msg.UUID, consumer, err)
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			_ = tx.Rollback()
+			tx, first, err = nil, false, &publisher.PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+	}()
 	i.count(msg, consumer, first)
 	return tx, first, nil
 }

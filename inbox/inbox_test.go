@@ -300,3 +300,34 @@ func TestRouterConsumerIsHandlerName(t *testing.T) {
 		}
 	})
 }
+
+// panicMetrics panics when a message is recorded.
+type panicMetrics struct{}
+
+func (panicMetrics) Recorded(string)           { panic("metrics exploded") }
+func (panicMetrics) Duplicate(string)          {}
+func (panicMetrics) Pruned(int)                {}
+func (panicMetrics) Entries(outbox.InboxStats) {}
+
+// A panic after the record (here: the metrics) rolls the transaction back and is
+// returned as a *publisher.PanicError in both wirings: nothing stays locked, and the
+// redelivery applies the message.
+func TestPanicAfterRecordRollsBack(t *testing.T) {
+	inboxtest.EachDialect(t, func(t *testing.T, e *inboxtest.Env) {
+		var calls atomic.Int64
+		bad := chain(e, e.NewInbox(t, inbox.Config{Metrics: panicMetrics{}}), handler(e, &calls))
+		var pe *publisher.PanicError
+		if err := deliver(bad, "m"); !errors.As(err, &pe) {
+			t.Fatalf("err = %v; want a *publisher.PanicError", err)
+		}
+		good := chain(e, e.NewInbox(t, inbox.Config{}), handler(e, &calls))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		msg := message.NewMessage("m", []byte("payload"))
+		msg.SetContext(ctx)
+		if _, err := good(msg); err != nil {
+			t.Fatalf("redelivery: %v (the first transaction still holds the entry?)", err)
+		}
+		e.CheckApplications(t, 1)
+	})
+}

@@ -40,12 +40,12 @@ func OpenDB(dsn string) (*sql.DB, error) {
 //
 // The price, and why this is not the way every pool is opened: sending two statements
 // as one query needs the driver's MultiStatements, which the connector turns on for its
-// connections. A query text may then hold several statements. Queries with placeholders
-// are unaffected (their values never become SQL text); a query that the application
-// builds by pasting untrusted text into SQL, which is an injection bug with or without
-// it, could then run a second statement of the attacker's. The store's own statement is
-// text with its values inlined as hex literals (no character of a value reaches the SQL
-// text).
+// connections. A query text may then hold several statements: a query that the
+// application builds by pasting untrusted text into SQL, which is an injection bug with
+// or without it, could then run a second statement of the attacker's. Queries with
+// placeholders stay safe: their values are sent apart from the SQL text, or, with interpolateParams,
+// escaped into it by the driver. The store's own statement is text with its values
+// inlined as hex literals (no character of a value reaches the SQL text).
 func NewConnector(cfg *mysql.Config) (driver.Connector, error) {
 	if cfg == nil {
 		return nil, errors.New("mysql: NewConnector: cfg is nil")
@@ -118,8 +118,10 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	}
 	res, err := c.ExecContext(ctx, q+";"+first.Query, nil)
 	if err != nil {
-		if !errors.Is(err, driver.ErrBadConn) { // ErrBadConn: nothing was sent
-			// START TRANSACTION may have run before the statement failed.
+		// START TRANSACTION may have run before the statement failed. With ErrBadConn
+		// the driver has closed the connection (before sending, or after a read-only
+		// error under rejectReadOnly), which ends any transaction on the server.
+		if !errors.Is(err, driver.ErrBadConn) {
 			_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
 		}
 		return nil, err
@@ -129,7 +131,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 		return nil, err
 	}
 	first.Ran = true
-	return &tx{c: c}, nil
+	return &tx{c: c, ctx: ctx}, nil
 }
 
 // beginSQL is what the driver sends to begin a transaction with opts.
@@ -155,13 +157,34 @@ func beginSQL(opts driver.TxOptions) (string, error) {
 }
 
 // tx is a transaction begun by conn.BeginTx with a first statement; it ends as the
-// driver's own does, with COMMIT or ROLLBACK on the connection.
-type tx struct{ c *conn }
+// driver's own does, with COMMIT or ROLLBACK on the connection, and with the driver's
+// errors for a connection it has closed meanwhile (a cancelled statement's context
+// closes it): the context's cause when the transaction's context ended, else
+// ErrInvalidConn, never database/sql's ErrBadConn.
+type tx struct {
+	c   *conn
+	ctx context.Context
+}
 
 func (t *tx) Commit() error   { return t.end("COMMIT") }
 func (t *tx) Rollback() error { return t.end("ROLLBACK") }
 
 func (t *tx) end(q string) error {
-	_, err := t.c.ExecContext(context.Background(), q, nil)
-	return err
+	if !t.c.IsValid() {
+		return t.closedErr()
+	}
+	if _, err := t.c.ExecContext(context.Background(), q, nil); err != nil {
+		if errors.Is(err, driver.ErrBadConn) {
+			return t.closedErr()
+		}
+		return err
+	}
+	return nil
+}
+
+func (t *tx) closedErr() error {
+	if t.ctx.Err() != nil {
+		return context.Cause(t.ctx)
+	}
+	return mysql.ErrInvalidConn
 }

@@ -3,6 +3,8 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -177,4 +179,42 @@ func TestOpenDB(t *testing.T) {
 	if err := db.PingContext(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A transaction whose connection the driver closed (a statement's context ended) ends
+// with the driver's errors, not database/sql's ErrBadConn (which the publisher would
+// take for a stale pooled connection).
+func TestConnectorClosedConnectionErrors(t *testing.T) {
+	_, db := countedPools(t, plainDSN)
+	s := newStore(t, db, 0)
+	ctx := context.Background()
+	for _, end := range []string{"commit", "rollback"} {
+		tx, _, err := s.BeginRecordInbox(ctx, db, nil, "c", end, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err = tx.ExecContext(short, "DO SLEEP(2)")
+		cancel()
+		if err == nil {
+			t.Fatal("DO SLEEP(2) under a 50 ms context: no error")
+		}
+		if end == "commit" {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err == nil || errors.Is(err, sqldriver.ErrBadConn) {
+			t.Fatalf("%s after the connection was closed: %v; want the driver's error", end, err)
+		}
+		if !errors.Is(err, driver.ErrInvalidConn) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s after the connection was closed: %v; want ErrInvalidConn or the context's error", end, err)
+		}
+	}
+	// The pool goes on with a new connection; the entries were not kept.
+	tx, first, err := s.BeginRecordInbox(ctx, db, nil, "c", "commit", t0)
+	if err != nil || !first {
+		t.Fatalf("after the closed connections: first %v, %v; want a new entry", first, err)
+	}
+	_ = tx.Rollback()
 }

@@ -34,6 +34,9 @@ func OpenDB(dsn string, opts ...stdlib.OptionOpenDB) (*sql.DB, error) {
 // and wait for it first. Every other call, including every transaction the application
 // begins, goes to c's connection unchanged.
 //
+// pgx tracers see that transaction's BEGIN and record as one batch (TraceBatchStart,
+// TraceBatchQuery, TraceBatchEnd) where stdlib's pool shows a query each.
+//
 // c is a pgx stdlib connector (stdlib.GetConnector, stdlib.GetPoolConnector); the
 // connections of another connector are passed through as they are (nothing is sent in
 // one round trip then). A driver connection of the returned connector is not a

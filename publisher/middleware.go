@@ -60,8 +60,11 @@ func (o *Outbox) MiddlewareDB(db *sql.DB) message.HandlerMiddleware {
 // BeginFunc begins the transaction of one handler call on db with opts (Config.TxOptions)
 // in place of db.BeginTx, and may do the transaction's first work. run false means the
 // handler must not run: the middleware commits the transaction (what begin wrote in it
-// stands), returns no error and the router acks the message. An error is returned by
-// the middleware (the router nacks); begin must leave no transaction open then.
+// stands) and, when the commit succeeds, returns no error, so that the router acks the
+// message. An error is returned by the middleware (the router nacks); begin must leave
+// no transaction open then, nor when it panics. When its error is a stale pooled
+// connection (the store's outbox.StaleConnChecker), begin is called once more, as
+// BeginDB retries db.BeginTx.
 type BeginFunc func(msg *message.Message, db *sql.DB, opts *sql.TxOptions) (tx *sql.Tx, run bool, err error)
 
 // MiddlewareBegin is Middleware with each transaction begun by begin: package inbox's
@@ -84,7 +87,10 @@ func (o *Outbox) middleware(db *sql.DB, begin BeginFunc) message.HandlerMiddlewa
 				return nil, fmt.Errorf("publisher: middleware: %w", err)
 			}
 			if !run {
-				return nil, tx.Commit(ctx)
+				if err := tx.Commit(ctx); err != nil {
+					return nil, fmt.Errorf("publisher: middleware: %w", err)
+				}
+				return nil, nil
 			}
 			msg.SetContext(ContextWithTx(ctx, tx))
 			defer msg.SetContext(ctx)
