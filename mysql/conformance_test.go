@@ -133,6 +133,26 @@ func TestConformance(t *testing.T) {
 	outboxtest.Run(t, harness(t, plainDSN))
 }
 
+// TestConformanceConnector runs the suite over a pool of NewConnector: its connections
+// (MultiStatements on, the BEGIN that carries a first statement) keep the whole store
+// contract.
+func TestConformanceConnector(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: the plain DSN run covers the contract")
+	}
+	h := harness(t, plainDSN)
+	c, err := mysql.NewConnector(config(t, plainDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	t.Cleanup(func() { _ = db.Close() })
+	h.DB = db
+	outboxtest.Run(t, h)
+}
+
 // TestConformanceDSNVariant runs the suite again over a DSN with interpolateParams,
 // clientFoundRows and parseTime&loc=Local set: the store must not depend on any of them.
 func TestConformanceDSNVariant(t *testing.T) {

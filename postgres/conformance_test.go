@@ -43,6 +43,24 @@ func TestConformance(t *testing.T) {
 	outboxtest.Run(t, harness(t))
 }
 
+// TestConformanceConnector runs the suite over a pool of OpenDB (WrapConnector): its
+// connections keep the whole store contract.
+func TestConformanceConnector(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: the stdlib pool's run covers the contract")
+	}
+	h := harness(t)
+	db, err := postgres.OpenDB(testenv.DSN(t, testenv.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	t.Cleanup(func() { _ = db.Close() })
+	h.DB = db
+	outboxtest.Run(t, h)
+}
+
 func BenchmarkStore(b *testing.B) {
 	outboxtest.Bench(b, harness(b))
 }
