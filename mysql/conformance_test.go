@@ -125,7 +125,8 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 			}
 			return sql.OpenDB(c), nil
 		},
-		MaxParams: 65535,
+		OpenCountingDB: func(connector bool) (*sql.DB, func() int64, error) { return openCounting(cfg, connector) },
+		MaxParams:      65535,
 	}
 }
 

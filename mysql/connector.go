@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -56,27 +55,7 @@ func NewConnector(cfg *mysql.Config) (driver.Connector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysql: NewConnector: %w", err)
 	}
-	return &connector{inner: inner}, nil
-}
-
-type connector struct{ inner driver.Connector }
-
-func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
-	dc, err := c.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return newConn(dc)
-}
-
-func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
-
-// Close closes the wrapped connector when it has a Close (sql.DB.Close calls it).
-func (c *connector) Close() error {
-	if cl, ok := c.inner.(io.Closer); ok {
-		return cl.Close()
-	}
-	return nil
+	return beginfirst.Connector(inner, newConn), nil
 }
 
 // driverConn is what go-sql-driver's connection implements and database/sql uses.

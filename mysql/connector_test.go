@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -16,106 +17,59 @@ import (
 	"github.com/relayer-go/watermill-outbox/mysql"
 )
 
-// countingWrites counts the writes of the connections dialled through the network
-// "outbox-counted-tcp": one per command the driver sends.
-var countingWrites atomic.Int64
+// countingNets numbers the dial networks openCounting registers, one per pool.
+var countingNets atomic.Int64
 
-type countingConn struct{ net.Conn }
-
-func (c countingConn) Write(b []byte) (int, error) {
-	countingWrites.Add(1)
-	return c.Conn.Write(b)
-}
-
-func init() {
-	driver.RegisterDialContext("outbox-counted-tcp", func(ctx context.Context, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+// openCounting opens a pool of one connection for cfg whose writes are counted: the
+// driver's pool, or mysql.NewConnector's (the harness's OpenCountingDB).
+func openCounting(cfg *driver.Config, connector bool) (*sql.DB, func() int64, error) {
+	cfg = cfg.Clone()
+	network, writes := cfg.Net, new(atomic.Int64)
+	cfg.Net = fmt.Sprintf("outbox-counted-%d", countingNets.Add(1))
+	driver.RegisterDialContext(cfg.Net, func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return countingConn{Conn: c}, nil
+		return testenv.CountingConn{Conn: c, Writes: writes}, nil
 	})
-}
-
-// countedPools opens two pools of one connection each over the counted network: the
-// driver's, and mysql.NewConnector's, both for DSN variant v.
-func countedPools(t *testing.T, v dsnVariant) (plain, fused *sql.DB) {
-	t.Helper()
-	openDB(t, v) // skips or fails as the other tests do when the server is missing
-	cfg := config(t, v)
-	if cfg.Net != "tcp" {
-		t.Skipf("the test DSN dials %q, not tcp", cfg.Net)
-	}
-	cfg.Net = "outbox-counted-tcp"
-	plain, err := openConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.MultiStatements {
-		t.Fatal("NewConnector changed the caller's Config")
-	}
-	fused = sql.OpenDB(c)
-	for _, db := range []*sql.DB{plain, fused} {
-		db.SetMaxOpenConns(1)
-		t.Cleanup(func() { db.Close() })
-		if err := db.Ping(); err != nil { // connected before anything is counted
-			t.Fatal(err)
+	var db *sql.DB
+	if connector {
+		c, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cfg.MultiStatements {
+			return nil, nil, errors.New("NewConnector changed the caller's Config")
+		}
+		db = sql.OpenDB(c)
+	} else {
+		var err error
+		if db, err = openConfig(cfg); err != nil {
+			return nil, nil, err
 		}
 	}
-	return plain, fused
+	db.SetMaxOpenConns(1)
+	return db, writes.Load, nil
 }
 
-// Through NewConnector, BeginRecordInbox sends START TRANSACTION and the record as one
-// command; on the driver's own pool it takes two. Both record the same way, under
-// every DSN form.
-func TestConnectorRecordsInTheBeginRoundTrip(t *testing.T) {
-	for _, v := range []dsnVariant{plainDSN, otherDSN} {
-		t.Run(v.name, func(t *testing.T) {
-			plain, fused := countedPools(t, v)
-			s := newStore(t, plain, 0)
-			ctx := context.Background()
-			for _, c := range []struct {
-				name string
-				db   *sql.DB
-				want int64
-			}{{"driver", plain, 2}, {"NewConnector", fused, 1}} {
-				for i, wantFirst := range []bool{true, false, false} {
-					countingWrites.Store(0)
-					tx, first, err := s.BeginRecordInbox(ctx, c.db, nil, "c", c.name, t0)
-					if err != nil {
-						t.Fatalf("%s: %v", c.name, err)
-					}
-					if got := countingWrites.Load(); got != c.want {
-						t.Errorf("%s: BeginRecordInbox wrote %d commands; want %d", c.name, got, c.want)
-					}
-					if first != wantFirst {
-						t.Errorf("%s: delivery %d: first = %v; want %v", c.name, i, first, wantFirst)
-					}
-					if err := tx.Commit(); err != nil {
-						t.Fatalf("%s: commit: %v", c.name, err)
-					}
-				}
-			}
-			st, err := s.InboxStats(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Entries() != 2 || st.Duplicates() != 4 {
-				t.Fatalf("InboxStats: %d entries, %d duplicates; want 2, 4", st.Entries(), st.Duplicates())
-			}
-		})
+// connectorDB opens a pool of one connection through mysql.NewConnector for t.
+func connectorDB(t *testing.T) *sql.DB {
+	t.Helper()
+	openDB(t, plainDSN) // skips or fails as the other tests do when the server is missing
+	db, _, err := openCounting(config(t, plainDSN), true)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // The connector's connections keep the driver's behaviour: the application's own
 // transactions and queries, a read-only transaction (the record fails, nothing is left
 // open, the connection stays usable), isolation levels the driver refuses.
 func TestConnectorKeepsDriverBehaviour(t *testing.T) {
-	_, db := countedPools(t, plainDSN)
+	db := connectorDB(t)
 	s := newStore(t, db, 0)
 	ctx := context.Background()
 	// noTxOpen fails t when the pool's one connection is inside a transaction: the
@@ -160,7 +114,7 @@ func TestConnectorKeepsDriverBehaviour(t *testing.T) {
 	}
 }
 
-// OpenDB parses the DSN and refuses a bad one.
+// OpenDB refuses a malformed DSN (the inbox tests' fused pools open and use a good one).
 func TestOpenDB(t *testing.T) {
 	if _, err := mysql.OpenDB("root@tcp(127.0.0.1:3306/test"); err == nil {
 		t.Fatal("OpenDB accepted a malformed DSN")
@@ -168,24 +122,13 @@ func TestOpenDB(t *testing.T) {
 	if _, err := mysql.NewConnector(nil); err == nil {
 		t.Fatal("NewConnector(nil): no error")
 	}
-	openDB(t, plainDSN)
-	db, err := mysql.OpenDB(testenv.DSN(t, testenv.MySQL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // A transaction whose connection the driver closed (a statement's context ended) ends
 // with the driver's errors, not database/sql's ErrBadConn (which the publisher would
 // take for a stale pooled connection).
 func TestConnectorClosedConnectionErrors(t *testing.T) {
-	_, db := countedPools(t, plainDSN)
+	db := connectorDB(t)
 	s := newStore(t, db, 0)
 	ctx := context.Background()
 	for _, end := range []string{"commit", "rollback"} {

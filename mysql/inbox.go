@@ -56,30 +56,19 @@ var _ outbox.InboxBeginner = (*Store)(nil)
 // BeginRecordInbox begins a transaction on db with opts whose first statement records
 // (consumer, messageUUID), as RecordInbox does. On a pool opened through
 // [NewConnector] ([OpenDB]) START TRANSACTION and the record go as one query, one round
-// trip; on another pool the record follows the BEGIN.
+// trip; on another pool the same statement follows the BEGIN (beginfirst.Begin).
 func (s *Store) BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOptions, consumer, messageUUID string, processedAt time.Time) (*sql.Tx, bool, error) {
 	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
 		return nil, false, fmt.Errorf("mysql: record inbox: %w", err)
-	}
-	if db == nil {
-		return nil, false, fmt.Errorf("mysql: %w: record inbox: db is nil", outbox.ErrInvalidArgument)
 	}
 	at, err := timeArg(processedAt)
 	if err != nil {
 		return nil, false, fmt.Errorf("mysql: record inbox: processedAt: %w", err)
 	}
 	first := &beginfirst.Statement{Dialect: dialect, Query: bind(s.q.inboxRecord, consumer, messageUUID, at)}
-	tx, err := db.BeginTx(beginfirst.With(ctx, first), opts)
+	tx, err := beginfirst.Begin(ctx, db, opts, first)
 	if err != nil {
 		return nil, false, wrapErr("begin and record inbox", inboxSchemaHint(err, s.q.inbox))
-	}
-	if !first.Ran {
-		ok, err := s.RecordInbox(ctx, tx, consumer, messageUUID, processedAt)
-		if err != nil {
-			_ = tx.Rollback()
-			return nil, false, err
-		}
-		return tx, ok, nil
 	}
 	ok, err := inboxFirst(first.Affected)
 	if err != nil {

@@ -62,6 +62,14 @@ type Harness struct {
 	// as well as on DB. The suite closes it.
 	OpenConnectorDB func() (*sql.DB, error)
 
+	// OpenCountingDB, when set, opens a pool of one connection to the same database
+	// whose client requests (writes to the server) are counted: through the dialect's
+	// connector when connector is true, else the plain driver. requests returns the
+	// count so far. The Inbox/BeginRecordOneRequest rule checks with it that the
+	// connector sends the BEGIN and the record as one request, where the plain driver
+	// takes two. nil where the dialect has no connector. The suite closes the pool.
+	OpenCountingDB func(connector bool) (db *sql.DB, requests func() int64, err error)
+
 	// MaxParams is the most bind parameters one statement may carry on this engine
 	// (MySQL/MariaDB 65535, PostgreSQL 65535 with pgx, SQL Server 2100 minus a margin).
 	// The benchmark baseline chunks its hand-written multi-row INSERT under it. Zero

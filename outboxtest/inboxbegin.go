@@ -24,6 +24,47 @@ func inboxBeginTests() []subtest {
 			testBeginRecordConcurrent(t, e, in, db, false)
 		})},
 		{"BeginRecordInvalidArguments", eachBeginPool(testBeginRecordInvalid)},
+		{"BeginRecordOneRequest", testBeginRecordOneRequest},
+	}
+}
+
+// Through the dialect's connector, BEGIN and record are one request to the server; on
+// the plain driver's pool they are two. Both record the same way.
+func testBeginRecordOneRequest(t *testing.T, h Harness) {
+	if h.OpenCountingDB == nil {
+		t.Skipf("%s has no connector that sends the record with the BEGIN", h.Name)
+	}
+	e, in := newInboxEnv(t, h)
+	for _, c := range []struct {
+		name      string
+		connector bool
+		want      int64
+	}{{"driver", false, 2}, {"connector", true, 1}} {
+		db, requests, err := h.OpenCountingDB(c.connector)
+		if err != nil {
+			t.Fatalf("OpenCountingDB(%v): %v", c.connector, err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		// The first transactions connect, prepare the statements on the connection and
+		// take pgx stdlib's ping of a connection reused after more than a second.
+		for range 2 {
+			tx, _ := e.mustBeginRecord(in, db, "warm", c.name, at(0))
+			_ = tx.Rollback()
+		}
+		for i, wantFirst := range []bool{true, false} {
+			n0 := requests()
+			tx, first := e.mustBeginRecord(in, db, "c", c.name, at(time.Duration(i)*time.Second))
+			if n := requests() - n0; n != c.want {
+				t.Errorf("%s: BeginRecordInbox sent %d requests; want %d", c.name, n, c.want)
+			}
+			wantBool(t, c.name+" delivery", first, nil, wantFirst)
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := e.inboxDuplicates(in); got["c"] != 2 {
+		t.Fatalf("duplicates = %v; want c 2", got)
 	}
 }
 

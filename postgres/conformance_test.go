@@ -35,6 +35,7 @@ func harness(t testing.TB) outboxtest.Harness {
 		},
 		OpenDB:          func() (*sql.DB, error) { return openWith(dsn, "") },
 		OpenConnectorDB: func() (*sql.DB, error) { return postgres.OpenDB(dsn) },
+		OpenCountingDB:  func(connector bool) (*sql.DB, func() int64, error) { return openCounting(dsn, connector) },
 		MaxParams:       65535,
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"io"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,30 +45,12 @@ func OpenDB(dsn string, opts ...stdlib.OptionOpenDB) (*sql.DB, error) {
 //
 // which works for both.
 func WrapConnector(c driver.Connector) driver.Connector {
-	return &connector{inner: c}
-}
-
-type connector struct{ inner driver.Connector }
-
-func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
-	dc, err := c.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if sc, ok := dc.(*stdlib.Conn); ok {
-		return &conn{stdConn: sc}, nil
-	}
-	return dc, nil
-}
-
-func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
-
-// Close closes the wrapped connector when it has a Close (sql.DB.Close calls it).
-func (c *connector) Close() error {
-	if cl, ok := c.inner.(io.Closer); ok {
-		return cl.Close()
-	}
-	return nil
+	return beginfirst.Connector(c, func(dc driver.Conn) (driver.Conn, error) {
+		if sc, ok := dc.(*stdlib.Conn); ok {
+			return &conn{stdConn: sc}, nil
+		}
+		return dc, nil
+	})
 }
 
 // stdConn is stdlib's connection under a name that leaves its Conn method promoted.

@@ -17,84 +17,27 @@ import (
 	"github.com/relayer-go/watermill-outbox/postgres"
 )
 
-// countingConn counts the writes of a client connection: one per request that pgx
-// flushes to the server.
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c countingConn) Write(b []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(b)
-}
-
-// countingPools opens two pools of one connection each whose writes are counted: pgx's
-// stdlib pool, and the same through postgres.WrapConnector.
-func countingPools(t *testing.T) (plain, wrapped *sql.DB, writes *atomic.Int64) {
-	t.Helper()
-	openDB(t, "") // skips or fails as the other tests do when the server is missing
-	cfg, err := pgx.ParseConfig(testenv.DSN(t, testenv.Postgres))
+// openCounting opens a pool of one connection whose writes are counted: pgx's stdlib
+// pool, or the same through postgres.WrapConnector (the harness's OpenCountingDB).
+func openCounting(dsn string, connector bool) (*sql.DB, func() int64, error) {
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	writes = new(atomic.Int64)
+	writes := new(atomic.Int64)
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return countingConn{Conn: c, writes: writes}, nil
+		return testenv.CountingConn{Conn: c, Writes: writes}, nil
 	}
-	plain = stdlib.OpenDB(*cfg)
-	wrapped = sql.OpenDB(postgres.WrapConnector(stdlib.GetConnector(*cfg)))
-	for _, db := range []*sql.DB{plain, wrapped} {
-		db.SetMaxOpenConns(1)
-		t.Cleanup(func() { db.Close() })
+	db := stdlib.OpenDB(*cfg)
+	if connector {
+		db = sql.OpenDB(postgres.WrapConnector(stdlib.GetConnector(*cfg)))
 	}
-	return plain, wrapped, writes
-}
-
-// Through WrapConnector, BeginRecordInbox sends BEGIN and the record in one request;
-// on pgx's own pool it takes two. Both record the same way.
-func TestConnectorRecordsInTheBeginRoundTrip(t *testing.T) {
-	plain, wrapped, writes := countingPools(t)
-	s := newStore(t, plain, outbox.Options{})
-	ctx := context.Background()
-	now := time.Now()
-	for _, c := range []struct {
-		name string
-		db   *sql.DB
-		want int64
-	}{{"stdlib", plain, 2}, {"WrapConnector", wrapped, 1}} {
-		// The first transaction prepares the statements on the connection, the second
-		// takes stdlib's ping of a connection reused after more than a second.
-		for range 2 {
-			tx, _, err := s.BeginRecordInbox(ctx, c.db, nil, "c", c.name+"-warm", now)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			if err := tx.Rollback(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, wantFirst := range []bool{true, false} {
-			writes.Store(0)
-			tx, first, err := s.BeginRecordInbox(ctx, c.db, nil, "c", c.name, now)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			if got := writes.Load(); got != c.want {
-				t.Errorf("%s: BeginRecordInbox wrote %d requests; want %d", c.name, got, c.want)
-			}
-			if first != wantFirst {
-				t.Errorf("%s: delivery %d: first = %v; want %v", c.name, i, first, wantFirst)
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatalf("%s: commit: %v", c.name, err)
-			}
-		}
-	}
+	db.SetMaxOpenConns(1)
+	return db, writes.Load, nil
 }
 
 // The wrapped connection keeps stdlib's behaviour: transactions the application
@@ -102,7 +45,12 @@ func TestConnectorRecordsInTheBeginRoundTrip(t *testing.T) {
 // is rolled back and the connection stays usable), a COMMIT of a failed transaction,
 // and the *pgx.Conn through (*sql.Conn).Raw.
 func TestConnectorKeepsStdlibBehaviour(t *testing.T) {
-	_, db, _ := countingPools(t)
+	openDB(t, "") // skips or fails as the other tests do when the server is missing
+	db, _, err := openCounting(testenv.DSN(t, testenv.Postgres), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
 	s := newStore(t, db, outbox.Options{})
 	ctx := context.Background()
 
@@ -171,20 +119,9 @@ func TestConnectorKeepsStdlibBehaviour(t *testing.T) {
 	}
 }
 
-// OpenDB parses the DSN and refuses a bad one.
+// OpenDB refuses a malformed DSN (TestConformanceConnector opens and uses a good one).
 func TestOpenDB(t *testing.T) {
 	if _, err := postgres.OpenDB("postgres://a b"); err == nil {
 		t.Fatal("OpenDB accepted a malformed DSN")
-	}
-	openDB(t, "")
-	db, err := postgres.OpenDB(testenv.DSN(t, testenv.Postgres))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatal(err)
 	}
 }

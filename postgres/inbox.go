@@ -38,27 +38,16 @@ var _ outbox.InboxBeginner = (*Store)(nil)
 // BeginRecordInbox begins a transaction on db with opts whose first statement records
 // (consumer, messageUUID), as RecordInbox does. On a pool opened through
 // [WrapConnector] ([OpenDB]) the BEGIN and the record go in one round trip; on another
-// pool the record follows the BEGIN.
+// pool the same statement follows the BEGIN (beginfirst.Begin).
 func (s *Store) BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOptions, consumer, messageUUID string, processedAt time.Time) (*sql.Tx, bool, error) {
 	if err := outbox.CheckInboxEntry(consumer, messageUUID); err != nil {
 		return nil, false, fmt.Errorf("postgres: record inbox: %w", err)
 	}
-	if db == nil {
-		return nil, false, fmt.Errorf("postgres: %w: record inbox: db is nil", outbox.ErrInvalidArgument)
-	}
 	var dups int64
 	first := &beginfirst.Statement{Dialect: dialect, Query: s.q.inboxRecord, Args: []any{consumer, messageUUID, processedAt}, Dest: []any{&dups}}
-	tx, err := db.BeginTx(beginfirst.With(ctx, first), opts)
+	tx, err := beginfirst.Begin(ctx, db, opts, first)
 	if err != nil {
 		return nil, false, wrap("begin and record inbox", inboxSchemaHint(err, s.q.n.inbox))
-	}
-	if !first.Ran {
-		ok, err := s.RecordInbox(ctx, tx, consumer, messageUUID, processedAt)
-		if err != nil {
-			_ = tx.Rollback()
-			return nil, false, err
-		}
-		return tx, ok, nil
 	}
 	return tx, dups == 0, nil
 }
