@@ -27,6 +27,10 @@ type LockParams struct {
 	Limit int       // at most this many rows; below 1 locks nothing
 	Now   time.Time // eligibility instant (due, no live claim)
 	After ID        // exclusive ID cursor, as ClaimParams.After; zero locks from the start
+	// Dst is where the records go: they are appended to Dst[:0], as Claim's dst, so
+	// that a caller that locks batch after batch reuses one array. The caller must be
+	// done with the records Dst held. Nil allocates an array for the batch.
+	Dst []Record
 }
 
 // FinishParams parameterises LockedBatch.Finish.
@@ -46,8 +50,9 @@ type FinishParams struct {
 // It is not safe for concurrent use.
 type LockedBatch interface {
 	// Records returns the locked rows in ID order (Record.Corrupt set as by Read). The
-	// records and their Headers and Body belong to the caller: the batch never reuses
-	// or changes them.
+	// records and their Headers and Body belong to the caller: the batch never reuses,
+	// changes or reads them again (Finish works on the rows as locked), so the caller
+	// may change or clear them.
 	Records() []Record
 	// Finish deletes the rows listed in p.Done, records the failures of p.Failed
 	// (attempts+1, error text, DeliverAt moved to RetryAt when after the failure's Now,

@@ -1,73 +1,158 @@
 package forwarder
 
 import (
+	"sync"
+	"time"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // directCallMax bounds the messages of one Publish call of a locked batch sent by Run:
-// the calls of a batch run concurrently, so that a broker that confirms each message
-// (RabbitMQ, watermill-kafka's sync publisher) works on many at once, while a call
-// still carries several messages to a publisher that batches them. Measured with the
-// brokers section of benchmarks/ (MariaDB, one run each, ours row locks / raw loop):
-// 10 gave RabbitMQ 0.60, Kafka 0.80; 2 gave 1.13, 0.84 (and more Go CPU per message
-// into a no-op publisher); 4 gave 1.08, 1.20.
+// once the calls of a batch run concurrently (see directInlineMax), a broker that
+// confirms each message (RabbitMQ, watermill-kafka's sync publisher) works on many at
+// once, while a call still carries several messages to a publisher that batches them.
+// Measured with the brokers section of benchmarks/ (MariaDB, one run each, ours row
+// locks / raw loop): 10 gave RabbitMQ 0.60, Kafka 0.80; 2 gave 1.13, 0.84 (and more Go
+// CPU per message into a no-op publisher); 4 gave 1.08, 1.20.
 const directCallMax = 4
 
-// publishDirect sends the emitted messages of a locked batch straight to their target
-// publishers (Run, no router) and acks or nacks each, as the Handler run by Run would:
-// consecutive messages of one transport and topic in calls of up to directCallMax, the
-// calls concurrently. It returns at once; the batch's settle awaits the outcomes.
-func (f *Forwarder) publishDirect(sent []emitted) {
-	for start := 0; start < len(sent); {
-		first := &sent[start].d.row
-		end := start + 1
-		// A row that failed before goes alone: its next failure is its own, without
-		// a failed call's retry one message at a time.
-		for end < len(sent) && end-start < directCallMax && first.Attempts == 0 && sent[end].d.row.Attempts == 0 &&
-			sent[end].d.row.Transport == first.Transport && sent[end].d.row.Destination == first.Destination {
-			end++
+// directInlineMax is how long a Publish call of a locked batch may take for the next
+// call to run in the same goroutine. A publisher that returns this fast (one that
+// buffers, or hands the message to a client's own goroutines) gains nothing from
+// concurrent calls, which cost a goroutine, a wake-up and a wait each; after the first
+// slower call (a broker's round trip) the rest of the batch's calls run concurrently.
+const directInlineMax = 20 * time.Microsecond
+
+// directStallMax is how long the calls made one after another may take before the
+// batch's settle starts the rest concurrently: a call that hangs holds up only its own
+// messages.
+const directStallMax = 10 * time.Millisecond
+
+// directSend is Run's publishing of a locked batch's messages straight to their target
+// publishers (no router), acking or nacking each as the Handler run by Run would:
+// consecutive messages of one transport and topic in calls of up to directCallMax. One
+// goroutine (send) makes the calls one after another while each returns within
+// directInlineMax; the first slower call, or the settle when they stall (spread),
+// starts the rest concurrently. Each call is taken by one of them only (take).
+type directSend struct {
+	f    *Forwarder
+	sent []emitted
+	// marks holds the outcomes of the calls send made itself, by index of sent
+	// (outcomePending for the others); read only once done is closed.
+	marks []outcome
+	done  chan struct{} // closed when send returns
+
+	mu   sync.Mutex
+	next int // the first message of sent no call has taken yet
+}
+
+func newDirectSend(f *Forwarder, sent []emitted) *directSend {
+	return &directSend{f: f, sent: sent, marks: make([]outcome, len(sent)), done: make(chan struct{})}
+}
+
+// send makes the calls one after another while each returns within directInlineMax,
+// then starts the rest concurrently; it closes done when it returns.
+func (s *directSend) send() {
+	defer close(s.done)
+	for {
+		start, end, ok := s.take()
+		if !ok {
+			return
 		}
-		go f.publishCall(sent[start:end])
-		start = end
+		t0 := time.Now()
+		s.f.publishCall(s.sent[start:end], s.marks[start:end])
+		if time.Since(t0) >= directInlineMax {
+			s.spread()
+			return
+		}
 	}
+}
+
+// spread starts every call not taken yet in a goroutine of its own.
+func (s *directSend) spread() {
+	for {
+		start, end, ok := s.take()
+		if !ok {
+			return
+		}
+		go s.f.publishCall(s.sent[start:end], nil)
+	}
+}
+
+// take takes the next call, sent[start:end]: consecutive rows of one transport and
+// topic, up to directCallMax. A row that failed before goes alone: its next failure is
+// its own, without a failed call's retry one message at a time.
+func (s *directSend) take() (start, end int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start = s.next
+	if start >= len(s.sent) {
+		return 0, 0, false
+	}
+	first := &s.sent[start].d.row
+	end = start + 1
+	for end < len(s.sent) && end-start < directCallMax && first.Attempts == 0 && s.sent[end].d.row.Attempts == 0 &&
+		s.sent[end].d.row.Transport == first.Transport && s.sent[end].d.row.Destination == first.Destination {
+		end++
+	}
+	s.next = end
+	return start, end, true
 }
 
 // publishCall publishes one call's messages. When the call fails, which of them went
 // out is unknown: they are published again one at a time, so that a message the target
-// refuses is nacked alone (those already sent are sent again).
-func (f *Forwarder) publishCall(call []emitted) {
+// refuses is nacked alone (those already sent are sent again). With marks (as long as
+// call) the outcomes are also recorded there.
+func (f *Forwarder) publishCall(call []emitted, marks []outcome) {
 	row := &call[0].d.row
 	pub := f.targets[row.Transport]
-	msgs := make([]*message.Message, len(call))
+	var one [1]*message.Message
+	msgs := one[:]
+	if len(call) > 1 {
+		msgs = make([]*message.Message, len(call))
+	}
 	for i := range call {
 		msgs[i] = call[i].msg
 	}
 	err := pub.Publish(row.Destination, msgs...)
 	if err == nil {
 		for i := range call {
-			call[i].msg.Ack()
+			settleCall(call, marks, i, outcomeAcked)
 		}
 		return
 	}
 	if len(call) == 1 {
-		f.nackDirect(&call[0], err)
+		f.nackDirect(call, marks, 0, err)
 		return
 	}
 	for i := range call {
 		if err := pub.Publish(row.Destination, call[i].msg); err != nil {
-			f.nackDirect(&call[i], err)
+			f.nackDirect(call, marks, i, err)
 		} else {
-			call[i].msg.Ack()
+			settleCall(call, marks, i, outcomeAcked)
 		}
 	}
 }
 
-// nackDirect records err as the message's failure and nacks it.
-func (f *Forwarder) nackDirect(e *emitted, err error) {
+// nackDirect records err as the failure of call[i]'s message and nacks it.
+func (f *Forwarder) nackDirect(call []emitted, marks []outcome, i int, err error) {
+	e := &call[i]
 	s := err.Error()
 	e.d.err.Store(&s)
 	f.logger.Error("Forwarding a message failed; it is retried after backoff", err,
 		watermill.LogFields{"message_uuid": e.msg.UUID, "topic": e.d.row.Destination})
-	e.msg.Nack()
+	settleCall(call, marks, i, outcomeNacked)
+}
+
+// settleCall acks or nacks call[i]'s message and records the outcome in marks, if any.
+func settleCall(call []emitted, marks []outcome, i int, o outcome) {
+	if marks != nil {
+		marks[i] = o
+	}
+	if o == outcomeAcked {
+		call[i].msg.Ack()
+	} else {
+		call[i].msg.Nack()
+	}
 }

@@ -45,13 +45,13 @@ func forEachMode(t *testing.T, fn func(t *testing.T, direct bool)) {
 }
 
 // startEither starts a forwarder with Run (direct) or in a router.
-func startEither(t *testing.T, direct bool, st outbox.Store, targets Targets, cfg Config) {
+func startEither(t *testing.T, direct bool, st outbox.Store, targets Targets, cfg Config) *Forwarder {
 	t.Helper()
 	if direct {
-		runForwarder(t, st, targets, cfg)
-	} else {
-		start(t, st, targets, cfg)
+		return runForwarder(t, st, targets, cfg)
 	}
+	f, _ := start(t, st, targets, cfg)
+	return f
 }
 
 // checkKeyOrder fails on a gap or reordering of any key's "key/seq" payloads (at least

@@ -11,7 +11,7 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// emitted is a message handed to the router and its row.
+// emitted is a message handed to the router (or published by Run) and its row.
 type emitted struct {
 	msg *message.Message
 	d   *delivery
@@ -27,6 +27,7 @@ type openBatch struct {
 	done     []outbox.ID         // acked rows, deleted when the batch finishes
 	failed   []outbox.FailParams // rows parked before they were emitted, then nacked ones
 	deadline time.Time
+	direct   *directSend // Run's publishing of sent; nil through a router
 }
 
 // lockHoldMax bounds how long a locked batch keeps its row locks (and its pooled
@@ -53,6 +54,9 @@ type lockClaimer struct {
 	errDelay time.Duration
 	cur      cursor
 	rt       renewTicker
+	// recs is the array the batches' records are read into, one batch after another:
+	// lockAndEmit is done with them when it returns.
+	recs []outbox.Record
 }
 
 func newLockClaimer(f *Forwarder, bl outbox.BatchLocker, wake <-chan struct{}, window int) *lockClaimer {
@@ -153,7 +157,7 @@ func (c *lockClaimer) settleAndFree(ob *openBatch) {
 // the last one's ID.
 func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, error) {
 	f, cfg := c.f, c.cfg
-	lb, err := c.bl.LockBatch(f.hardCtx, outbox.LockParams{Limit: c.limit, Now: f.now(), After: after})
+	lb, err := c.bl.LockBatch(f.hardCtx, outbox.LockParams{Limit: c.limit, Now: f.now(), After: after, Dst: c.recs})
 	if err != nil {
 		return nil, 0, outbox.ID{}, err
 	}
@@ -196,9 +200,16 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, 
 		}
 		ob.sent = append(ob.sent, emitted{msg: msg, d: d})
 	}
+	// The messages hold what they need of the records: clearing them lets the rows'
+	// other buffers go now, not when the batch finishes (less for the GC to mark).
+	clear(recs)
+	c.recs = recs
 	f.reportInFlight(outbox.Unordered)
 	if f.direct {
-		f.publishDirect(ob.sent)
+		// Published by a goroutine of its own: a call that never returns must not keep
+		// the batch's settle from its hold time and shutdown deadline.
+		ob.direct = newDirectSend(f, ob.sent)
+		go ob.direct.send()
 	}
 	return ob, len(recs), last, nil
 }
@@ -227,6 +238,8 @@ func (c *lockClaimer) settle(ob *openBatch) error {
 	if !ok {
 		return nil // rolled back at shutdown
 	}
+	// Every outcome is counted: the messages may go while the batch finishes.
+	ob.sent, ob.direct = nil, nil
 	return c.finish(ob, rest)
 }
 
@@ -238,8 +251,24 @@ func (c *lockClaimer) awaitBatch(ob *openBatch) (rest []emitted, ok bool) {
 	timer := time.NewTimer(min(lockHoldMax, c.cfg.ClaimTTL/4))
 	defer timer.Stop()
 	hold := timer.C
+	var marks []outcome
+	if ob.direct != nil {
+		switch c.awaitDirect(ob.direct, &hold) {
+		case outcomeAcked:
+			marks = ob.direct.marks
+		case outcomeTicked:
+			return c.sweep(ob, ob.sent), true
+		case outcomeStopped:
+			c.rollback(ob, "Shutting down: locked batch rolled back before the deadline; its acked rows may be sent again")
+			return nil, false
+		}
+	}
 	for i := 0; i < len(ob.sent); i++ {
 		e := ob.sent[i]
+		if marks != nil && marks[i] != outcomePending {
+			c.record(ob, e, marks[i] == outcomeAcked)
+			continue
+		}
 		switch await(e.msg, hold, f.handBack.Done()) {
 		case outcomeAcked:
 			c.record(ob, e, true)
@@ -263,6 +292,36 @@ func (c *lockClaimer) awaitBatch(ob *openBatch) (rest []emitted, ok bool) {
 		}
 	}
 	return nil, true
+}
+
+// awaitDirect waits until Run's publishing of a batch has made or started every call
+// (directSend.done): outcomeAcked then, and the outcomes of the calls it made one after
+// another can be read from its marks. When those calls stall it starts the rest
+// concurrently and returns outcomePending: the outcomes are then awaited on the
+// messages. It returns outcomeTicked when the hold time ran out first (while Close has
+// not started: after that the batch keeps its locks until the forwarder hands its rows
+// back), and outcomeStopped when the forwarder hands its rows back.
+func (c *lockClaimer) awaitDirect(ds *directSend, hold *<-chan time.Time) outcome {
+	stall := time.NewTimer(directStallMax)
+	defer stall.Stop()
+	for {
+		select {
+		case <-ds.done:
+			return outcomeAcked
+		case <-stall.C:
+			ds.spread()
+			return outcomePending
+		case <-*hold:
+			if c.f.isStopping() {
+				*hold = nil
+				continue
+			}
+			ds.spread()
+			return outcomeTicked
+		case <-c.f.handBack.Done():
+			return outcomeStopped
+		}
+	}
 }
 
 // sweep records the outcomes already in among es and returns the rows still in flight.

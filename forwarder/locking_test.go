@@ -307,25 +307,32 @@ func TestLockingFallsBackWithoutBatchLocker(t *testing.T) {
 // slow row moves to a claim that is renewed while it waits, past several ClaimTTLs,
 // without being sent twice; its ack then deletes it.
 func TestLockingSlowMessageHandedOverToClaim(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, tb *table) {
-		requireLocker(t, tb)
-		const n = 20
-		_, rec, release := insertWithSlowRow(t, tb, n, 3)
-		cfg := lockingConfig()
-		cfg.Claimers = 1
-		cfg.ClaimTTL = 400 * time.Millisecond // hold time 100 ms, renewals every 100 ms
-		start(t, tb.store, Targets{"": rec}, cfg)
-		waitFor(t, 10*time.Second, "the rest of the batch deleted", func() bool { return tb.rows(t) == 1 })
-		time.Sleep(3 * cfg.ClaimTTL) // the slow row's claim must be renewed, not expire
-		if got := len(rec.got()); got != n-1 {
-			t.Fatalf("%d messages published while the slow one waits, want %d (nothing sent twice)", got, n-1)
-		}
-		close(release)
-		waitFor(t, 10*time.Second, "slow row sent and deleted", func() bool { return len(rec.got()) == n && tb.rows(t) == 0 })
-		time.Sleep(200 * time.Millisecond)
-		if got := len(rec.got()); got != n {
-			t.Fatalf("%d messages for %d rows", got, n)
-		}
+	forEachMode(t, func(t *testing.T, direct bool) {
+		forEachDialect(t, func(t *testing.T, tb *table) {
+			requireLocker(t, tb)
+			const n = 20
+			_, rec, release := insertWithSlowRow(t, tb, n, 3)
+			cfg := lockingConfig()
+			cfg.Claimers = 1
+			cfg.ClaimTTL = 400 * time.Millisecond // hold time 100 ms, renewals every 100 ms
+			startEither(t, direct, tb.store, Targets{"": rec}, cfg)
+			// Run publishes rows 0-3 in one call, which the slow row holds: they wait with it.
+			left := 1
+			if direct {
+				left = directCallMax
+			}
+			waitFor(t, 10*time.Second, "the rest of the batch deleted", func() bool { return tb.rows(t) == left })
+			time.Sleep(3 * cfg.ClaimTTL) // the slow row's claim must be renewed, not expire
+			if got := len(rec.got()); got != n-1 {
+				t.Fatalf("%d messages published while the slow one waits, want %d (nothing sent twice)", got, n-1)
+			}
+			close(release)
+			waitFor(t, 10*time.Second, "slow row sent and deleted", func() bool { return len(rec.got()) == n && tb.rows(t) == 0 })
+			time.Sleep(200 * time.Millisecond)
+			if got := len(rec.got()); got != n {
+				t.Fatalf("%d messages for %d rows", got, n)
+			}
+		})
 	})
 }
 
@@ -357,41 +364,53 @@ func insertWithSlowRow(t *testing.T, tb *table, n, slow int) (recs []outbox.Reco
 // the deadline, so the row is eligible again at once with its attempts unchanged, and
 // the rest of the batch is deleted.
 func TestLockingShutdownWithHandedOverRowWithinTimeout(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, tb *table) {
-		bl := requireLocker(t, tb)
-		recs, rec, release := insertWithSlowRow(t, tb, 10, 2)
-		cfg := lockingConfig()
-		cfg.Claimers = 1
-		cfg.ClaimTTL = 400 * time.Millisecond // hold time 100 ms
-		cfg.ShutdownTimeout = time.Second
-		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
-		t.Cleanup(func() { close(release) }) // before the router stops (cleanups run last first)
-		waitFor(t, 10*time.Second, "the rest of the batch deleted", func() bool { return tb.rows(t) == 1 })
-		began := time.Now()
-		closed := make(chan struct{})
-		go func() {
-			_ = f.Close()
-			close(closed)
-		}()
-		select {
-		case <-closed:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Close did not return")
-		}
-		// A bound of the contract (Close is bounded by ShutdownTimeout), with slack for a
-		// loaded machine; before handBack, Close took ShutdownTimeout + 1 s here.
-		if took := time.Since(began); took > cfg.ShutdownTimeout+700*time.Millisecond {
-			t.Errorf("Close took %v with ShutdownTimeout %v", took, cfg.ShutdownTimeout)
-		}
-		lb, err := bl.LockBatch(context.Background(), outbox.LockParams{Limit: 10, Now: time.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = lb.Rollback() }()
-		got := lb.Records()
-		if len(got) != 1 || got[0].ID != recs[2].ID || got[0].Attempts != 0 {
-			t.Fatalf("after Close: lockable %d rows (want the slow row, at once, attempts 0): %+v", len(got), got)
-		}
+	forEachMode(t, func(t *testing.T, direct bool) {
+		forEachDialect(t, func(t *testing.T, tb *table) {
+			bl := requireLocker(t, tb)
+			recs, rec, release := insertWithSlowRow(t, tb, 10, 2)
+			// Run publishes rows 0-3 in one call, which the slow row holds: they wait with it.
+			slow := recs[2:3]
+			if direct {
+				slow = recs[:directCallMax]
+			}
+			cfg := lockingConfig()
+			cfg.Claimers = 1
+			cfg.ClaimTTL = 400 * time.Millisecond // hold time 100 ms
+			cfg.ShutdownTimeout = time.Second
+			f := startEither(t, direct, tb.store, Targets{"": rec}, cfg)
+			t.Cleanup(func() { close(release) }) // before the router stops (cleanups run last first)
+			waitFor(t, 10*time.Second, "the rest of the batch deleted", func() bool { return tb.rows(t) == len(slow) })
+			began := time.Now()
+			closed := make(chan struct{})
+			go func() {
+				_ = f.Close()
+				close(closed)
+			}()
+			select {
+			case <-closed:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Close did not return")
+			}
+			// A bound of the contract (Close is bounded by ShutdownTimeout), with slack for a
+			// loaded machine; before handBack, Close took ShutdownTimeout + 1 s here.
+			if took := time.Since(began); took > cfg.ShutdownTimeout+700*time.Millisecond {
+				t.Errorf("Close took %v with ShutdownTimeout %v", took, cfg.ShutdownTimeout)
+			}
+			lb, err := bl.LockBatch(context.Background(), outbox.LockParams{Limit: 10, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = lb.Rollback() }()
+			got := lb.Records()
+			if len(got) != len(slow) {
+				t.Fatalf("after Close: lockable %d rows, want the %d held by the slow one, at once: %+v", len(got), len(slow), got)
+			}
+			for i := range got {
+				if got[i].ID != slow[i].ID || got[i].Attempts != 0 {
+					t.Fatalf("after Close: lockable row %s with attempts %d, want %s with attempts 0", got[i].ID, got[i].Attempts, slow[i].ID)
+				}
+			}
+		})
 	})
 }
 

@@ -26,7 +26,7 @@ func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.Lock
 		if err != nil {
 			return nil, err
 		}
-		return scanRecords(rows, nil, p.Limit)
+		return scanRecords(rows, p.Dst[:0], p.Limit)
 	})
 }
 

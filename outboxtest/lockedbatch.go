@@ -23,6 +23,8 @@ func lockedBatchTests() []subtest {
 		{"AfterCursor", testLockedBatchAfter},
 		{"FinishHandsOverClaims", testLockedBatchHandover},
 		{"RecordsBelongToCaller", testLockedBatchRecordsOwned},
+		{"FinishAfterRecordsCleared", testLockedBatchRecordsCleared},
+		{"RecordsAppendedToDst", testLockedBatchDst},
 	}
 }
 
@@ -372,5 +374,67 @@ func testLockedBatchRecordsOwned(t *testing.T, h Harness) {
 	sameIDs(t, "first batch", ids(kept), ids(first))
 	for i := range kept {
 		checkRecord(t, "record of the first batch after the second", kept[i], stored(first[i]))
+	}
+}
+
+// The caller may change or clear a batch's records before Finish (a forwarder drops
+// them once it has built its messages): Finish works on the rows as they were locked.
+func testLockedBatchRecordsCleared(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	recs := newRecords(4)
+	e.insert(recs...)
+	b := e.lockBatch(bl, e.ctx, 10, at(time.Second))
+	got := b.Records()
+	sameIDs(t, "locked", ids(got), ids(recs))
+	done := ids(got[:3])
+	clear(got)
+	if err := b.Finish(e.ctx, outbox.FinishParams{Done: done}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	left := e.lockBatch(bl, e.ctx, 10, at(time.Second))
+	defer rollback(t, left)
+	sameIDs(t, "left after Finish", ids(left.Records()), ids(recs[3:]))
+}
+
+// LockParams.Dst is where the records go (appended to Dst[:0]): an array with room for
+// the batch is reused, its old records overwritten whole; one without room grows.
+func testLockedBatchDst(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl := e.locker(t)
+	first, next := newRecords(3), newRecords(2)
+	for i := range next {
+		next[i].Headers = headercodec.EncodeMetadata(nil, map[string]string{"n": strings.Repeat("n", i+1)})
+		next[i].Body = []byte(strings.Repeat("d", 20*(i+1)))
+	}
+	e.insert(first...)
+	dst := make([]outbox.Record, 1, 10)
+	dst[0] = stored(next[1]) // an old record: nothing of it may remain
+	dst[0].LastError, dst[0].Attempts = "old", 7
+	b, err := bl.LockBatch(e.ctx, outbox.LockParams{Limit: 10, Now: at(time.Second), Dst: dst})
+	if err != nil {
+		t.Fatalf("LockBatch: %v", err)
+	}
+	got := b.Records()
+	sameIDs(t, "first batch", ids(got), ids(first))
+	if &got[0] != &dst[:1][0] {
+		t.Error("Records are not in Dst's array, which has room for the batch")
+	}
+	for i := range got {
+		checkRecord(t, "record in Dst's array", got[i], stored(first[i]))
+	}
+	if err := b.Finish(e.ctx, outbox.FinishParams{Done: ids(got)}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	e.insert(next...)
+	b, err = bl.LockBatch(e.ctx, outbox.LockParams{Limit: 10, Now: at(time.Second), Dst: make([]outbox.Record, 0, 1)})
+	if err != nil {
+		t.Fatalf("LockBatch: %v", err)
+	}
+	defer rollback(t, b)
+	grown := b.Records()
+	sameIDs(t, "second batch (Dst without room)", ids(grown), ids(next))
+	for i := range grown {
+		checkRecord(t, "record of a grown Dst", grown[i], stored(next[i]))
 	}
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/batchids"
@@ -18,18 +17,18 @@ var _ outbox.BatchLocker = (*Store)(nil)
 // is finished or rolled back.
 func (s *Store) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
 	return lockedbatch.Lock(ctx, &s.batches, s.db, p.Limit, func(tx *sql.Tx) ([]outbox.Record, error) {
-		return s.lockRows(ctx, tx, p.Limit, p.After, p.Now)
+		return s.lockRows(ctx, tx, p)
 	})
 }
 
-func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, limit int, after outbox.ID, now time.Time) ([]outbox.Record, error) {
-	rows, err := tx.QueryContext(ctx, s.q.lockUnordered, now, limit, after[:])
+func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, p outbox.LockParams) ([]outbox.Record, error) {
+	rows, err := tx.QueryContext(ctx, s.q.lockUnordered, p.Now, p.Limit, p.After[:])
 	if err != nil {
 		return nil, err
 	}
 	sc := s.scanner()
 	defer s.scanners.Put(sc)
-	return sqlrows.CollectUpTo(rows, limit, sc.scan)
+	return sqlrows.CollectUpTo(rows, p.Dst, p.Limit, sc.scan)
 }
 
 // finishBatch runs LockedBatch.Finish's statements in the batch's transaction.

@@ -31,7 +31,7 @@ func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, p outbox.LockParams) (
 	}
 	sc := s.scanner()
 	defer s.scanners.Put(sc)
-	return sqlrows.CollectUpTo(rows, p.Limit, sc.scan)
+	return sqlrows.CollectUpTo(rows, p.Dst, p.Limit, sc.scan)
 }
 
 // finishBatch runs LockedBatch.Finish's statements in the batch's transaction; the

@@ -73,7 +73,7 @@ func Open(d *Dialect, tx *sql.Tx, recs []outbox.Record) (outbox.LockedBatch, err
 		}
 		return Empty(), nil
 	}
-	return &batch{d: d, tx: tx, recs: recs}, nil
+	return &batch{d: d, tx: tx, recs: recs, in: batchids.Of(recs)}, nil
 }
 
 // batch is one open transaction; tx is nil once it has ended, d is nil when it locked
@@ -82,6 +82,7 @@ type batch struct {
 	d    *Dialect
 	tx   *sql.Tx
 	recs []outbox.Record
+	in   batchids.Set // the IDs as locked: the caller may change or clear recs
 }
 
 func (b *batch) Records() []outbox.Record { return b.recs }
@@ -101,7 +102,7 @@ func (b *batch) Finish(ctx context.Context, p outbox.FinishParams) error {
 		_ = tx.Rollback()
 		return fmt.Errorf("%s: finish batch: Claim needs a non-zero Token and an Until", b.d.Name)
 	}
-	if err := b.d.Finish(ctx, tx, batchids.Of(b.recs), p); err != nil {
+	if err := b.d.Finish(ctx, tx, b.in, p); err != nil {
 		_ = tx.Rollback()
 		return b.d.Wrap("finish batch", err)
 	}

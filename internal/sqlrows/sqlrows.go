@@ -16,7 +16,7 @@ const PreallocMax = 1024
 // Collect scans every row of rows into a new element with scan, then closes rows. The
 // error is the first of scan's, the iteration's and Close's.
 func Collect[T any](rows *sql.Rows, scan func(rows *sql.Rows, dst *T) error) ([]T, error) {
-	return CollectUpTo(rows, 0, scan)
+	return CollectUpTo(rows, nil, 0, scan)
 }
 
 // CollectUpTo is Collect for a query that returns at most limit rows: the slice is
@@ -24,8 +24,10 @@ func Collect[T any](rows *sql.Rows, scan func(rows *sql.Rows, dst *T) error) ([]
 // PreallocMax), instead of growing by doubling (a locked batch of 500 records grew
 // through ten allocations and copies of ever larger arrays). A limit of 0 grows as
 // append does.
-func CollectUpTo[T any](rows *sql.Rows, limit int, scan func(rows *sql.Rows, dst *T) error) ([]T, error) {
-	var out []T
+//
+// The rows are appended to dst[:0]; a nil dst allocates as above.
+func CollectUpTo[T any](rows *sql.Rows, dst []T, limit int, scan func(rows *sql.Rows, dst *T) error) ([]T, error) {
+	out := dst[:0]
 	for rows.Next() {
 		if out == nil && limit > 0 {
 			out = make([]T, 0, min(limit, PreallocMax))
