@@ -33,18 +33,23 @@ const directStallMax = 10 * time.Millisecond
 // publishers (no router), acking or nacking each as the Handler run by Run would:
 // consecutive messages of one transport and topic in calls of up to directCallMax. One
 // goroutine (send) makes the calls one after another while each returns within
-// directInlineMax; the first slower call, or the settle when they stall (spread),
-// starts the rest concurrently. Each call is taken by one of them only (take).
+// directInlineMax, records their outcomes in marks and drops their messages (so that
+// the GC need not mark them while the batch finishes); the first slower call, or the
+// settle when they stall (takeOver), starts the rest concurrently, each call in a
+// goroutine of its own. Each call is taken by one of them only (take).
 type directSend struct {
 	f    *Forwarder
 	sent []emitted
 	// marks holds the outcomes of the calls send made itself, by index of sent
-	// (outcomePending for the others); read only once done is closed.
+	// (outcomePending for the others); read once done is closed, or up to the index
+	// takeOver returned.
 	marks []outcome
 	done  chan struct{} // closed when send returns
 
-	mu   sync.Mutex
-	next int // the first message of sent no call has taken yet
+	mu     sync.Mutex
+	next   int  // the first message of sent no call has taken yet
+	inline int  // sent[:inline] went out in send's calls: outcomes marked, messages dropped
+	taken  bool // the settle took over: send drops no more messages
 }
 
 func newDirectSend(f *Forwarder, sent []emitted) *directSend {
@@ -62,11 +67,39 @@ func (s *directSend) send() {
 		}
 		t0 := time.Now()
 		s.f.publishCall(s.sent[start:end], s.marks[start:end])
-		if time.Since(t0) >= directInlineMax {
+		slow := time.Since(t0) >= directInlineMax
+		s.published(start, end)
+		if slow {
 			s.spread()
 			return
 		}
 	}
+}
+
+// published drops the messages of send's call sent[start:end], whose outcomes are
+// marked, unless the settle took over (it then awaits them on the messages).
+func (s *directSend) published(start, end int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.taken {
+		return
+	}
+	for i := start; i < end; i++ {
+		s.sent[i].msg = nil
+	}
+	s.inline = end
+}
+
+// takeOver is the settle's, when send's calls stall or the hold time runs out: send
+// drops no more messages, the calls not taken yet start concurrently, and the number
+// of leading messages whose outcomes are marked (and messages dropped) is returned.
+func (s *directSend) takeOver() int {
+	s.mu.Lock()
+	s.taken = true
+	n := s.inline
+	s.mu.Unlock()
+	s.spread()
+	return n
 }
 
 // spread starts every call not taken yet in a goroutine of its own.

@@ -251,24 +251,25 @@ func (c *lockClaimer) awaitBatch(ob *openBatch) (rest []emitted, ok bool) {
 	timer := time.NewTimer(min(lockHoldMax, c.cfg.ClaimTTL/4))
 	defer timer.Stop()
 	hold := timer.C
-	var marks []outcome
-	if ob.direct != nil {
-		switch c.awaitDirect(ob.direct, &hold) {
-		case outcomeAcked:
-			marks = ob.direct.marks
-		case outcomeTicked:
-			return c.sweep(ob, ob.sent), true
-		case outcomeStopped:
+	awaited := ob.sent
+	if ds := ob.direct; ds != nil {
+		o, n := c.awaitDirect(ds, &hold)
+		if o == outcomeStopped {
 			c.rollback(ob, "Shutting down: locked batch rolled back before the deadline; its acked rows may be sent again")
 			return nil, false
 		}
-	}
-	for i := 0; i < len(ob.sent); i++ {
-		e := ob.sent[i]
-		if marks != nil && marks[i] != outcomePending {
-			c.record(ob, e, marks[i] == outcomeAcked)
-			continue
+		// sent[:n] went out in send's own calls (their messages dropped, their outcomes
+		// marked); the rest, when the settle took over, are awaited on their messages.
+		awaited = c.recordMarked(ob, ds.marks[:n])
+		if n < len(ob.sent) {
+			awaited = ob.sent[n:]
 		}
+		if o == outcomeTicked {
+			return c.sweep(ob, awaited), true
+		}
+	}
+	for i := 0; i < len(awaited); i++ {
+		e := awaited[i]
 		switch await(e.msg, hold, f.handBack.Done()) {
 		case outcomeAcked:
 			c.record(ob, e, true)
@@ -283,7 +284,7 @@ func (c *lockClaimer) awaitBatch(ob *openBatch) (rest []emitted, ok bool) {
 				i--
 				continue
 			}
-			return c.sweep(ob, ob.sent[i:]), true
+			return c.sweep(ob, awaited[i:]), true
 		case outcomeStopped:
 			// Rolled back in the batch's own transaction before the deadline cancels its
 			// context (which would roll it back asynchronously, after Close returned).
@@ -295,31 +296,30 @@ func (c *lockClaimer) awaitBatch(ob *openBatch) (rest []emitted, ok bool) {
 }
 
 // awaitDirect waits until Run's publishing of a batch has made or started every call
-// (directSend.done): outcomeAcked then, and the outcomes of the calls it made one after
-// another can be read from its marks. When those calls stall it starts the rest
-// concurrently and returns outcomePending: the outcomes are then awaited on the
-// messages. It returns outcomeTicked when the hold time ran out first (while Close has
-// not started: after that the batch keeps its locks until the forwarder hands its rows
-// back), and outcomeStopped when the forwarder hands its rows back.
-func (c *lockClaimer) awaitDirect(ds *directSend, hold *<-chan time.Time) outcome {
+// (directSend.done): it returns outcomeAcked and the batch's length then, and the
+// outcomes of the calls send made itself can be read from its marks. When those calls
+// stall, or the hold time runs out first (while Close has not started: after that the
+// batch keeps its locks until the forwarder hands its rows back), it takes the
+// publishing over (directSend.takeOver) and returns outcomePending or outcomeTicked
+// with the number of leading messages whose outcomes are marked. It returns
+// outcomeStopped when the forwarder hands its rows back.
+func (c *lockClaimer) awaitDirect(ds *directSend, hold *<-chan time.Time) (outcome, int) {
 	stall := time.NewTimer(directStallMax)
 	defer stall.Stop()
 	for {
 		select {
 		case <-ds.done:
-			return outcomeAcked
+			return outcomeAcked, len(ds.sent)
 		case <-stall.C:
-			ds.spread()
-			return outcomePending
+			return outcomePending, ds.takeOver()
 		case <-*hold:
 			if c.f.isStopping() {
 				*hold = nil
 				continue
 			}
-			ds.spread()
-			return outcomeTicked
+			return outcomeTicked, ds.takeOver()
 		case <-c.f.handBack.Done():
-			return outcomeStopped
+			return outcomeStopped, 0
 		}
 	}
 }
@@ -337,6 +337,33 @@ func (c *lockClaimer) sweep(ob *openBatch, es []emitted) (rest []emitted) {
 		}
 	}
 	return rest
+}
+
+// recordMarked records the outcomes Run's publishing marked (directSend.marks) with
+// one update of the counters, and returns the batch's rows whose outcomes are still
+// to be awaited (those of calls started concurrently), in emission order.
+func (c *lockClaimer) recordMarked(ob *openBatch, marks []outcome) (pending []emitted) {
+	f := c.f
+	settled, acked := 0, 0
+	for i, m := range marks {
+		e := ob.sent[i]
+		switch m {
+		case outcomeAcked:
+			ob.done = append(ob.done, e.d.row.ID)
+			f.metrics.MessageSent(outbox.Unordered)
+			acked++
+		case outcomeNacked:
+			ob.failed = append(ob.failed, f.failureOf(e.d, outbox.Token{}))
+		default:
+			pending = append(pending, e)
+			continue
+		}
+		settled++
+	}
+	ob.open -= settled
+	f.counters[0].inFlight.Add(int64(-settled))
+	f.counters[0].sent.Add(uint64(acked))
+	return pending
 }
 
 // record counts the outcome of one of a batch's rows and keeps it for the batch's
