@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -472,6 +473,8 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			b.Logf("%s: per round: baseline %v, forwarder TokenClaims (250/1000) %v, TokenClaims 500/2000 %v, forwarder default row locks (500/2000) %v, row locks 250/1000 %v rows/s",
 				e.Name, rounded(base), rounded(def), rounded(big), rounded(locked), rounded(locked500))
+			b.Logf("%s: Go CPU per message, per round: baseline %v, row locks %v ns; ratios %v",
+				e.Name, rounded(baseCPU), rounded(lockedCPU), twoDecimals(ratioCPU))
 		})
 	}
 }
@@ -764,4 +767,13 @@ func runInRouter(tb testing.TB, fwd *forwarder.Forwarder) (stop func()) {
 	}
 	tb.Cleanup(stop)
 	return stop
+}
+
+// twoDecimals rounds ratios for a log line.
+func twoDecimals(xs []float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = math.Round(x*100) / 100
+	}
+	return out
 }
