@@ -29,7 +29,8 @@ type LockParams struct {
 	After ID        // exclusive ID cursor, as ClaimParams.After; zero locks from the start
 	// Dst is where the records go: they are appended to Dst[:0], as Claim's dst, so
 	// that a caller that locks batch after batch reuses one array. The caller must be
-	// done with the records Dst held. Nil allocates an array for the batch.
+	// done with the records Dst held, their Headers and Body included (a store may
+	// reuse those buffers too). Nil allocates an array for the batch.
 	Dst []Record
 }
 

@@ -55,7 +55,7 @@ type lockClaimer struct {
 	cur      cursor
 	rt       renewTicker
 	// recs is the array the batches' records are read into, one batch after another:
-	// lockAndEmit is done with them when it returns.
+	// lockAndEmit clears them when it returns.
 	recs []outbox.Record
 }
 
@@ -169,6 +169,14 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, 
 		return nil, 0, outbox.ID{}, nil
 	}
 	last := lastID(recs)
+	// The next batch is read into the same array (c.recs). Once the messages are built
+	// the records are cleared, on every return: the next read must not reuse a buffer
+	// a message holds (a store may), and the rows' other buffers can go now rather
+	// than when the batch finishes (less for the GC to mark).
+	defer func() {
+		clear(recs)
+		c.recs = recs
+	}()
 	// The batch's slowest message holds every lock of the batch: ClaimTTL bounds it.
 	ob := &openBatch{lb: lb, rows: len(recs), deadline: time.Now().Add(cfg.ClaimTTL),
 		sent: make([]emitted, 0, len(recs)), done: make([]outbox.ID, 0, len(recs))}
@@ -200,10 +208,6 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, 
 		}
 		ob.sent = append(ob.sent, emitted{msg: msg, d: d})
 	}
-	// The messages hold what they need of the records: clearing them lets the rows'
-	// other buffers go now, not when the batch finishes (less for the GC to mark).
-	clear(recs)
-	c.recs = recs
 	f.reportInFlight(outbox.Unordered)
 	if f.direct {
 		// Published by a goroutine of its own: a call that never returns must not keep

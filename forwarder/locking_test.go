@@ -34,42 +34,46 @@ func requireLocker(t *testing.T, tb *table) outbox.BatchLocker {
 // With row locks (the default) every unordered row arrives once, intact, with its row in the
 // context, and is deleted.
 func TestLockingForwardsUnorderedIntact(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, tb *table) {
-		requireLocker(t, tb)
-		const n = 300
-		want := map[string]outbox.Record{}
-		var recs []outbox.Record
-		for i := range n {
-			r := tb.row("orders", "", strings.Repeat("x", i%7)+"payload")
-			recs = append(recs, r)
-			want[r.MessageUUID] = r
-		}
-		tb.insert(t, recs...)
-		rec := newRecorder()
-		cfg := lockingConfig()
-		cfg.ClaimBatch = 50
-		// One claimer: a batch whose Finish fails (a MariaDB deadlock between two
-		// claimers' transactions) is sent again, which TestLockingConcurrentClaimers allows.
-		cfg.Claimers = 1
-		f, _ := start(t, tb.store, Targets{"": rec}, cfg)
-		waitFor(t, 20*time.Second, "rows sent and deleted", func() bool { return len(rec.got()) >= n && tb.rows(t) == 0 })
-		for _, p := range rec.got() {
-			r, ok := want[p.msg.UUID]
-			if !ok {
-				t.Fatalf("unexpected or duplicate message %s (%d published, %+v)", p.msg.UUID, len(rec.got()), p.row)
+	forEachMode(t, func(t *testing.T, direct bool) {
+		forEachDialect(t, func(t *testing.T, tb *table) {
+			requireLocker(t, tb)
+			const n = 300
+			want := map[string]outbox.Record{}
+			var recs []outbox.Record
+			for i := range n {
+				r := tb.row("orders", "", strings.Repeat("x", i%7)+"payload")
+				recs = append(recs, r)
+				want[r.MessageUUID] = r
 			}
-			delete(want, p.msg.UUID)
-			if string(p.msg.Payload) != string(r.Body) || p.msg.Metadata.Get("body") != string(r.Body) {
-				t.Fatalf("message %s: payload %q metadata %v, want %q", p.msg.UUID, p.msg.Payload, p.msg.Metadata, r.Body)
+			tb.insert(t, recs...)
+			rec := newRecorder()
+			cfg := lockingConfig()
+			cfg.ClaimBatch = 50
+			// One claimer: a batch whose Finish fails (a MariaDB deadlock between two
+			// claimers' transactions) is sent again, which TestLockingConcurrentClaimers allows.
+			cfg.Claimers = 1
+			// Batch after batch is read into one array (LockParams.Dst): the payloads the
+			// recorder keeps must not change.
+			f := startEither(t, direct, tb.store, Targets{"": rec}, cfg)
+			waitFor(t, 20*time.Second, "rows sent and deleted", func() bool { return len(rec.got()) >= n && tb.rows(t) == 0 })
+			for _, p := range rec.got() {
+				r, ok := want[p.msg.UUID]
+				if !ok {
+					t.Fatalf("unexpected or duplicate message %s (%d published, %+v)", p.msg.UUID, len(rec.got()), p.row)
+				}
+				delete(want, p.msg.UUID)
+				if string(p.msg.Payload) != string(r.Body) || p.msg.Metadata.Get("body") != string(r.Body) {
+					t.Fatalf("message %s: payload %q metadata %v, want %q", p.msg.UUID, p.msg.Payload, p.msg.Metadata, r.Body)
+				}
+				if p.topic != "orders" || p.row.ID != r.ID || p.row.Lane != outbox.Unordered {
+					t.Fatalf("message %s: topic %q row %+v", p.msg.UUID, p.topic, p.row)
+				}
 			}
-			if p.topic != "orders" || p.row.ID != r.ID || p.row.Lane != outbox.Unordered {
-				t.Fatalf("message %s: topic %q row %+v", p.msg.UUID, p.topic, p.row)
+			waitFor(t, 5*time.Second, "stats", func() bool { return f.Stats().Unordered.Sent == n })
+			if s := f.Stats().Unordered; s.InFlight != 0 || s.Failed != 0 {
+				t.Errorf("unordered stats %+v", s)
 			}
-		}
-		waitFor(t, 5*time.Second, "stats", func() bool { return f.Stats().Unordered.Sent == n })
-		if s := f.Stats().Unordered; s.InFlight != 0 || s.Failed != 0 {
-			t.Errorf("unordered stats %+v", s)
-		}
+		})
 	})
 }
 

@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -409,7 +410,8 @@ func testLockedBatchDst(t *testing.T, h Harness) {
 	}
 	e.insert(first...)
 	dst := make([]outbox.Record, 1, 10)
-	dst[0] = stored(next[1]) // an old record: nothing of it may remain
+	dst[0] = stored(next[1])                                                            // an old record: nothing of it may remain
+	dst[0].Headers, dst[0].Body = bytes.Clone(dst[0].Headers), bytes.Clone(dst[0].Body) // the store may reuse them
 	dst[0].LastError, dst[0].Attempts = "old", 7
 	b, err := bl.LockBatch(e.ctx, outbox.LockParams{Limit: 10, Now: at(time.Second), Dst: dst})
 	if err != nil {
