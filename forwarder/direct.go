@@ -8,14 +8,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// directCallMax bounds the messages of one Publish call of a locked batch sent by Run:
-// once the calls of a batch run concurrently (see directInlineMax), a broker that
-// confirms each message (RabbitMQ, watermill-kafka's sync publisher) works on many at
-// once, while a call still carries several messages to a publisher that batches them.
-// Measured with the brokers section of benchmarks/ (MariaDB, one run each, ours row
-// locks / raw loop): 10 gave RabbitMQ 0.60, Kafka 0.80; 2 gave 1.13, 0.84 (and more Go
-// CPU per message into a no-op publisher); 4 gave 1.08, 1.20.
+// directCallMax bounds the messages of one Publish call of a locked batch that Run
+// makes in line (see directInlineMax): fewer calls into a publisher that returns at
+// once (2 cost more Go CPU per message into a no-op publisher than 4).
 const directCallMax = 4
+
+// directSpreadMax bounds the messages of one Publish call once a batch's calls run
+// concurrently. Most Watermill publishers send a call's messages one after another,
+// each with its own round trip (watermill-amqp with confirms, watermill-kafka's
+// SendMessage per message): one message per call puts every message of the batch on
+// the wire at once. Measured with the brokers section of benchmarks/ (PostgreSQL, six
+// runs alternated, row locks / raw loop, medians): 1 gave RabbitMQ 0.945, Kafka 0.915,
+// a batching Kafka publisher 0.86; 4 gave 0.885, 0.83 and 1.005.
+const directSpreadMax = 1
 
 // directInlineMax is how long a Publish call of a locked batch may take for the next
 // call to run in the same goroutine. A publisher that returns this fast (one that
@@ -30,13 +35,13 @@ const directInlineMax = 20 * time.Microsecond
 const directStallMax = 10 * time.Millisecond
 
 // directSend is Run's publishing of a locked batch's messages straight to their target
-// publishers (no router), acking or nacking each as the Handler run by Run would:
-// consecutive messages of one transport and topic in calls of up to directCallMax. One
-// goroutine (send) makes the calls one after another while each returns within
-// directInlineMax, records their outcomes in marks and drops their messages (so that
-// the GC need not mark them while the batch finishes); the first slower call, or the
-// settle when they stall (takeOver), starts the rest concurrently, each call in a
-// goroutine of its own. Each call is taken by one of them only (take).
+// publishers (no router), acking or nacking each as the Handler run by Run would. One
+// goroutine (send) makes calls of up to directCallMax consecutive messages of one
+// transport and topic, one after another while each returns within directInlineMax;
+// it records their outcomes in marks and drops their messages (so that the GC need not
+// mark them while the batch finishes). The first slower call, or the settle when they
+// stall (takeOver), starts the rest concurrently, each call (of up to directSpreadMax
+// messages) in a goroutine of its own. Each call is taken by one of them only (take).
 type directSend struct {
 	f    *Forwarder
 	sent []emitted
@@ -61,7 +66,7 @@ func newDirectSend(f *Forwarder, sent []emitted) *directSend {
 func (s *directSend) send() {
 	defer close(s.done)
 	for {
-		start, end, ok := s.take()
+		start, end, ok := s.take(directCallMax)
 		if !ok {
 			return
 		}
@@ -105,7 +110,7 @@ func (s *directSend) takeOver() int {
 // spread starts every call not taken yet in a goroutine of its own.
 func (s *directSend) spread() {
 	for {
-		start, end, ok := s.take()
+		start, end, ok := s.take(directSpreadMax)
 		if !ok {
 			return
 		}
@@ -114,9 +119,9 @@ func (s *directSend) spread() {
 }
 
 // take takes the next call, sent[start:end]: consecutive rows of one transport and
-// topic, up to directCallMax. A row that failed before goes alone: its next failure is
-// its own, without a failed call's retry one message at a time.
-func (s *directSend) take() (start, end int, ok bool) {
+// topic, up to most. A row that failed before goes alone: its next failure is its own,
+// without a failed call's retry one message at a time.
+func (s *directSend) take(most int) (start, end int, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start = s.next
@@ -125,7 +130,7 @@ func (s *directSend) take() (start, end int, ok bool) {
 	}
 	first := &s.sent[start].d.row
 	end = start + 1
-	for end < len(s.sent) && end-start < directCallMax && first.Attempts == 0 && s.sent[end].d.row.Attempts == 0 &&
+	for end < len(s.sent) && end-start < most && first.Attempts == 0 && s.sent[end].d.row.Attempts == 0 &&
 		s.sent[end].d.row.Transport == first.Transport && s.sent[end].d.row.Destination == first.Destination {
 		end++
 	}

@@ -59,11 +59,12 @@
 // Run (no router) publishes a locked batch itself: consecutive rows of one transport
 // and topic in calls of up to 4 messages, one call after another while each returns
 // within 20 µs (a publisher that buffers or hands the message to its client's own
-// goroutines gains nothing from concurrency), and every call still to make concurrently
-// after the first slower one (a broker that confirms each message works on many at
-// once) or when the calls stall for 10 ms (a call that never returns holds up only its
-// own messages). A message is let go as soon as its call returned; its outcome waits
-// with its row's ID for the batch's transaction.
+// goroutines gains nothing from concurrency). After the first slower call, or when the
+// calls stall for 10 ms (a call that never returns holds up only its own messages),
+// the rest of the batch goes concurrently, one message per call: most publishers send a
+// call's messages one after another, each with its own round trip, so this puts the
+// whole batch on the wire at once. A message is let go as soon as its call returned;
+// its outcome waits with its row's ID for the batch's transaction.
 //
 // With TokenClaims (and with a store that lacks outbox.BatchLocker, a custom
 // outbox.Store, for which the forwarder logs the fallback at info level) each batch is
