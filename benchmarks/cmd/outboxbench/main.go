@@ -25,7 +25,7 @@ type config struct {
 	publishTx      map[int]int // messages per transaction -> transactions per run
 	drainRows      int
 	drainLimit     time.Duration // a drain still running after this is cut short
-	brokerRows     int
+	brokerRows     int           // RabbitMQ's; Kafka forwards kafkaRowsFactor times as many
 	slowRows       int
 	latencySamples int
 	burstCommits   int // commits of the latency section's burst
@@ -184,7 +184,7 @@ func runSection(ctx context.Context, name string, e *engine, cfg config) *sectio
 		sec = newSection(e.name, name, fmt.Sprintf("2. Drain: %d queued messages into a no-op publisher", cfg.drainRows))
 		err = drainSection(ctx, e, cfg, sec)
 	case "brokers":
-		sec = newSection(e.name, name, fmt.Sprintf("3. Forward %d messages to RabbitMQ and Kafka (kfake)", cfg.brokerRows))
+		sec = newSection(e.name, name, fmt.Sprintf("3. Forward %d messages to RabbitMQ, %d to Kafka (kfake)", cfg.brokerRows, kafkaRowsFactor*cfg.brokerRows))
 		err = brokersSection(ctx, e, cfg, sec)
 	case "slow":
 		sec = newSection(e.name, name, fmt.Sprintf("3b. Ordered rows into a slow target (2 ms per Publish call): %d messages", cfg.slowRows))
