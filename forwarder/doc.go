@@ -79,8 +79,9 @@
 // Rows with an ordering key live in one of the table's lanes. Lane leases spread the
 // lanes over the running forwarders: each forwarder heartbeats into the members table
 // every LeaseTTL/3 and aims at its fair share (lanes/K for K live members, one more for
-// the first lanes%K members in name order), acquiring free or expired leases and handing
-// surplus lanes over at its next membership check. A forwarder that dies loses its lanes
+// the first lanes%K members in name order), acquiring free or expired leases (up to 8
+// statements at once, as it renews them) and handing surplus lanes over at its next
+// membership check. A forwarder that dies loses its lanes
 // when its leases expire: its lanes resume about LeaseTTL after a crash.
 //
 // Under its live lease a lane's worker is the lane's only sender, so it claims nothing:
