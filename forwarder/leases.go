@@ -287,7 +287,9 @@ func (m *leaseManager) acquire(ctx context.Context, need, start int, budget time
 		for _, c := range calls {
 			switch {
 			case c.err != nil:
-				f.logger.Error("Cannot acquire a lane lease", c.err, watermill.LogFields{"lane": c.lane})
+				if !stop { // one line per wave while the database is down
+					f.logger.Error("Cannot acquire a lane lease", c.err, watermill.LogFields{"lane": c.lane})
+				}
 				stop = true
 			case !c.ok: // another forwarder was faster
 			case !m.startLane(c.lane, c.token, c.start):
