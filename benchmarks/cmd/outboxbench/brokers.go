@@ -24,7 +24,7 @@ const (
 	// kafkaRowsFactor times brokerRows go to Kafka. kfake takes about 100k messages/s
 	// here: 20,000 rows lasted 0.2 s, of which the forwarder's start took a large share
 	// (64 lane leases, and the first sends of each key, one round trip after another:
-	// the first Publish call of a lane returned 30–50 ms after the start against the raw
+	// the first Publish call of a lane returned 21–50 ms after the start against the raw
 	// loop's 5–10 ms), so the ratios measured start-up rather than forwarding and moved
 	// by ±20 % between runs.
 	kafkaRowsFactor = 5
