@@ -141,7 +141,7 @@ func TestHelperSigStop(t *testing.T) {
 //
 // Asserted too: every message delivered (0 lost), no per-key order violation among
 // first deliveries (a redelivery of an earlier sequence is a duplicate), duplicates at
-// most one claimed run (LaneBatch) per lane.
+// most one run (LaneBatch rows, read but not yet deleted) per lane.
 func TestE2E_SigStopLaneHolder(t *testing.T) {
 	for _, e := range chaos.Engines {
 		t.Run(e.Name, func(t *testing.T) {
@@ -253,7 +253,7 @@ func testSigStop(t *testing.T, e chaos.Engine) {
 	// but not deleted is sent again: one more run of duplicates per such loss.
 	lapsed, lapses := peerLost.snapshot()
 	checkDupBound(t, sum, (laneCount+lapses)*forwarder.LaneBatchDefault,
-		fmt.Sprintf("one claimed run per lane and per lease the peer lost (%d)", lapses))
+		fmt.Sprintf("one run per lane and per lease the peer lost (%d)", lapses))
 
 	lastPeer := map[int]int64{}
 	peerSentAt := map[string]int64{} // uuid -> identity of the peer's first record

@@ -265,6 +265,14 @@ func (f *Forwarder) CheckLanes(ctx context.Context) error {
 	return nil
 }
 
+const (
+	// checkTimeout bounds one CheckLanes of checkLanesRetrying (a database that hangs).
+	checkTimeout = 30 * time.Second
+	// routerCheckTimeout bounds AddToRouter's plugin, which a router's context cannot
+	// end: a database that hangs holds the router's start this long at most.
+	routerCheckTimeout = 5 * time.Second
+)
+
 // checkLanesRetrying runs CheckLanes until it answers: a database that cannot be reached
 // (down, restarting, a connection killed) is retried with backoff (up to
 // MaxPollInterval, each failure logged), so that a forwarder started while its database
@@ -273,7 +281,7 @@ func (f *Forwarder) CheckLanes(ctx context.Context) error {
 func (f *Forwarder) checkLanesRetrying(ctx context.Context) error {
 	delay := f.cfg.PollInterval
 	for {
-		checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		checkCtx, cancel := context.WithTimeout(ctx, checkTimeout)
 		err := f.CheckLanes(checkCtx)
 		cancel()
 		switch {
@@ -573,7 +581,11 @@ func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
 
 // AddToRouter adds the forwarder's handler to r under Config.HandlerName, subscribed to
 // this forwarder, and a plugin that checks the table's lanes before the router starts
-// its handlers (retrying while the database cannot be reached, as Subscribe does). Router middleware applies to the handler as to any other.
+// its handlers: lanes out of range make the router's Run fail at once. A database that
+// cannot be reached does not; the router then subscribes, and Subscribe retries the
+// check with backoff under the router's context, so that cancelling it ends the wait
+// (a plugin is given no context). Router middleware applies to the handler as to any
+// other.
 func (f *Forwarder) AddToRouter(r *message.Router) (*message.Handler, error) {
 	if r == nil {
 		return nil, errors.New("forwarder: router is nil")
@@ -581,15 +593,29 @@ func (f *Forwarder) AddToRouter(r *message.Router) (*message.Handler, error) {
 	if _, dup := r.Handlers()[f.cfg.HandlerName]; dup {
 		return nil, fmt.Errorf("forwarder: router already has a handler named %q (set Config.HandlerName)", f.cfg.HandlerName)
 	}
-	r.AddPlugin(func(*message.Router) error { return f.checkLanesRetrying(context.Background()) })
+	r.AddPlugin(f.routerStartupCheck)
 	return r.AddConsumerHandler(f.cfg.HandlerName, f.opts.OutboxTable(), f, f.Handler()), nil
+}
+
+// routerStartupCheck is AddToRouter's plugin: one CheckLanes, bounded by
+// routerCheckTimeout; only lanes out of range stop the router.
+func (f *Forwarder) routerStartupCheck(*message.Router) error {
+	ctx, cancel := context.WithTimeout(context.Background(), routerCheckTimeout)
+	defer cancel()
+	err := f.CheckLanes(ctx)
+	if err != nil && !errors.Is(err, outbox.ErrLaneOutOfRange) {
+		f.logger.Error("Cannot check the outbox table's lanes before the router starts; the subscription retries", err, nil)
+		return nil
+	}
+	return err
 }
 
 // Run forwards until ctx is cancelled, without a router, publishing to the targets
 // itself as the Handler would: a lane worker publishes consecutive rows of its run with
 // one transport and topic in one Publish call (Watermill's publishers send them in
-// order), and a locked batch of unordered rows goes out in concurrent calls of up to ten
-// messages; a failed call is published again one message at a time, so that the
+// order), and a locked batch of unordered rows goes out as the package doc's "Unordered
+// rows" describes (calls of up to four messages, in line while the target answers at
+// once, then one message per call, concurrently); a failed call is published again one message at a time, so that the
 // failure lands on the row that causes it. Messages of token claims (TokenClaims) are
 // handled each in a goroutine of its own, acked or nacked as a router would. With no
 // middleware to apply that is all a router would do here, and it saves the router's

@@ -649,7 +649,7 @@ func TestLaneWorkerKeepsClaimingPastTheScout(t *testing.T) {
 		waitFor(t, 5*time.Second, "lanes held", func() bool { return len(f.Stats().HeldLanes) == tb.opts.Lanes })
 		time.Sleep(2600 * time.Millisecond) // the idle scout now sleeps for seconds between probes
 		key := keyInLane(3, tb.opts.Lanes, 0)
-		const n = 100 // > LaneBatch (16): several claimed runs
+		const n = 100 // one run of one key (LaneBatch 512)
 		var recs []outbox.Record
 		for range n {
 			recs = append(recs, tb.row("t", key, "o"))
@@ -754,6 +754,68 @@ func TestStartupCheckRetriesWhileDatabaseDown(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("Run did not return after Close during the startup check")
+		}
+	})
+}
+
+// In a router (AddToRouter), a database that cannot be reached when the router starts
+// does not fail it: the subscription retries the startup check with backoff and the
+// rows flow once the database answers; cancelling the router's context while the
+// database is down ends the router's Run (the plugin does not hold it).
+func TestRouterStartupRetriesWhileDatabaseDown(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		tb.insert(t, tb.row("t", "", "u"), tb.row("t", "key-a", "o"))
+		startDown := func(t *testing.T, rec *recorder) (*outageStore, context.CancelFunc, chan error) {
+			st := &outageStore{Store: tb.store}
+			st.down.Store(true)
+			f, err := New(st, Targets{"": rec}, fastConfig(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.AddToRouter(r); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			t.Cleanup(func() {
+				cancel()
+				_ = r.Close() // a handler that never started: Close waits CloseTimeout
+				_ = f.Close()
+			})
+			waitFor(t, 10*time.Second, "startup checks refused", func() bool { return st.refused.Load() >= 3 })
+			select {
+			case err := <-done:
+				t.Fatalf("the router's Run returned while the database was down: %v", err)
+			default:
+			}
+			return st, cancel, done
+		}
+
+		rec := newRecorder()
+		st, cancel, done := startDown(t, rec)
+		st.down.Store(false)
+		waitFor(t, 20*time.Second, "both rows sent", func() bool { return len(rec.got()) == 2 })
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the router's Run did not return after cancel")
+		}
+
+		_, cancel, done = startDown(t, newRecorder())
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("the router's Run cancelled during the startup check = %v, want context.Canceled", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the router's Run did not return after its context was cancelled during the startup check")
 		}
 	})
 }
