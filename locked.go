@@ -22,6 +22,13 @@ type BatchLocker interface {
 	LockBatch(ctx context.Context, p LockParams) (LockedBatch, error)
 }
 
+// ClaimersHint is an optional capability of a BatchLocker: the number of concurrent
+// claim loops its engine drains fastest with, as measured. A forwarder whose
+// Config.Claimers is zero uses it for row locks (not for token claims).
+type ClaimersHint interface {
+	ClaimersHint() int
+}
+
 // LockParams parameterises BatchLocker.LockBatch.
 type LockParams struct {
 	Limit int       // at most this many rows; below 1 locks nothing

@@ -69,7 +69,8 @@ type Config struct {
 	InFlight int
 	// Claimers is the number of unordered claim loops, each with its share of InFlight;
 	// more than one keeps a claim on the wire while another batch is being emitted.
-	// Defaults to ClaimersDefault.
+	// Defaults to ClaimersDefault, or with row locks to the store's
+	// outbox.ClaimersHint when it has one (package postgres: 3).
 	Claimers int
 	// LaneBatch bounds the head run of a lane that a lane worker reads at once (one
 	// statement), sends in order and deletes with one statement. Defaults to

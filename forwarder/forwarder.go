@@ -147,6 +147,9 @@ func New(store outbox.Store, targets Targets, config Config, logger watermill.Lo
 	if fallback {
 		config.TokenClaims = true
 	}
+	if h, ok := store.(outbox.ClaimersHint); ok && h.ClaimersHint() > 0 && locker && !config.TokenClaims && config.Claimers == 0 {
+		config.Claimers = h.ClaimersHint()
+	}
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err

@@ -41,6 +41,38 @@ func TestConfigDefaultsFollowTokenClaims(t *testing.T) {
 	}
 }
 
+// Claimers defaults to the store's outbox.ClaimersHint with row locks (PostgreSQL: 3),
+// to ClaimersDefault otherwise; a value set in Config wins.
+func TestClaimersFollowTheStoresHint(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		hinted := ClaimersDefault
+		if h, ok := tb.store.(outbox.ClaimersHint); ok {
+			hinted = h.ClaimersHint()
+		}
+		if tb.d.name == "postgres" && hinted != 3 {
+			t.Fatalf("PostgreSQL's hint %d, want 3", hinted)
+		}
+		for _, c := range []struct {
+			st   outbox.Store
+			in   Config
+			want int
+		}{
+			{tb.store, Config{}, hinted},
+			{tb.store, Config{Claimers: 5}, 5},
+			{tb.store, Config{TokenClaims: true}, ClaimersDefault},
+			{&outageStore{Store: tb.store}, Config{}, ClaimersDefault}, // no BatchLocker
+		} {
+			f, err := New(c.st, Targets{"": newRecorder()}, c.in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Config().Claimers; got != c.want {
+				t.Errorf("%T, %+v: Claimers %d, want %d", c.st, c.in, got, c.want)
+			}
+		}
+	})
+}
+
 func TestConfigValidate(t *testing.T) {
 	var c Config
 	c.setDefaults()
