@@ -618,14 +618,14 @@ func (f *Forwarder) routerStartupCheck(*message.Router) error {
 // one transport and topic in one Publish call (Watermill's publishers send them in
 // order), and a locked batch of unordered rows goes out as the package doc's "Unordered
 // rows" describes (calls of up to four messages, in line while the target answers at
-// once, then one message per call, concurrently); a failed call is published again one message at a time, so that the
-// failure lands on the row that causes it. Messages of token claims (TokenClaims) are
-// handled each in a goroutine of its own, acked or nacked as a router would. With no
-// middleware to apply that is all a router would do here, and it saves the router's
-// cost per message (BenchmarkDrain's fwdlocked_router figures); use AddToRouter for
-// middleware (there, one message per handler call). Run returns once Close has
-// finished, with its error, or at once with the subscription's error (lanes out of
-// range, closed).
+// once, then one message per call, concurrently); a failed call is published again one
+// message at a time, so that the failure lands on the row that causes it. Messages of
+// token claims (TokenClaims) are handled each in a goroutine of its own, acked or
+// nacked as a router would. With no middleware to apply that is all a router would do
+// here, and it saves the router's cost per message (BenchmarkDrain's fwdlocked_router
+// figures); use AddToRouter for middleware (there, one message per handler call). Run
+// returns once Close has finished, with its error, or at once with the subscription's
+// error (lanes out of range, closed).
 func (f *Forwarder) Run(ctx context.Context) error {
 	f.mu.Lock()
 	f.direct = !f.subscribed
