@@ -146,6 +146,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	failed := false
 	for _, name := range cfg.dbs {
 		e, err := openEngine(name, cfg.dsn[name])
+		if err == nil {
+			err = e.checkAutovacuum(ctx)
+		}
 		if err != nil {
 			fmt.Fprintf(stdout, "\n## %s\n\nFAILED: %v\n", name, err)
 			failed = true
