@@ -39,8 +39,8 @@
 // Rows without an ordering key are claimed in batches (ClaimBatch) by the store's SKIP
 // LOCKED / READPAST read, so any number of forwarders share them. Claimers loops claim
 // concurrently, sharing a window of InFlight messages in flight: 2, or the number the
-// store hints (outbox.ClaimersHint; PostgreSQL's 3 keeps both cores of a 2-core machine
-// busy, where MariaDB drains faster with 2). A claimer walks a
+// store hints (outbox.ClaimersHint; PostgreSQL hints 3, measured faster there, while
+// MariaDB drains faster with 2). A claimer walks a
 // backlog with an ID cursor (after a full batch the next claim starts past it) and starts
 // from the beginning again at least every PollInterval and after a batch that was not
 // full, so rows behind the cursor (retries, late commits, expired claims) are found.

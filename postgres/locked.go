@@ -15,12 +15,12 @@ var (
 	_ outbox.ClaimersHint = (*Store)(nil)
 )
 
-// ClaimersHint is 3 (see outbox.ClaimersHint): PostgreSQL runs each connection in a
-// process of its own, and a third claim loop keeps both cores of a 2-core machine busy.
-// Nine rotated runs each (100,000 rows, benchmarks/README.md, 2026-12-05) drained a
-// no-op target at 0.809 of the hand-written SKIP LOCKED loop with 3 against 0.686 with
-// 2, and Kafka at 0.929 against 0.804. MariaDB drains faster with 2 (1.29 against
-// 1.05), the forwarder's default.
+// ClaimersHint is 3 (see outbox.ClaimersHint). On a 2-core machine (100,000 rows, runs
+// rotated, benchmarks/README.md, 2026-12-05) three claim loops drained a no-op target at
+// 0.881 of the hand-written SKIP LOCKED loop against 0.704 with two (ahead in 9 of 9
+// runs; 0.809 against 0.686 in an earlier set), and Kafka at 0.791 to 0.929 against
+// 0.782 to 0.804. MariaDB drains faster with 2 (1.29 against 1.05), the forwarder's
+// default.
 func (s *Store) ClaimersHint() int { return 3 }
 
 // LockBatch locks up to limit eligible unordered rows in an open READ COMMITTED
