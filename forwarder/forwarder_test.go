@@ -757,14 +757,7 @@ func TestStartupCheckRetriesWhileDatabaseDown(t *testing.T) {
 			t.Fatalf("Run returned while the database was down: %v", err)
 		default:
 		}
-		st.down.Store(false)
-		waitFor(t, 20*time.Second, "both rows sent", func() bool { return len(rec.got()) == 2 })
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Run did not return after cancel")
-		}
+		recoverThenStop(t, st, rec, cancel, done, "Run")
 
 		g, err := New(&outageStore{Store: tb.store}, Targets{"": rec}, cfg, nil)
 		if err != nil {
@@ -788,6 +781,20 @@ func TestStartupCheckRetriesWhileDatabaseDown(t *testing.T) {
 			t.Fatal("Run did not return after Close during the startup check")
 		}
 	})
+}
+
+// recoverThenStop ends the simulated outage of the startup tests, waits for their two
+// rows, then cancels and waits for what runs the forwarder (named what) to return.
+func recoverThenStop(t *testing.T, st *outageStore, rec *recorder, cancel context.CancelFunc, done <-chan error, what string) {
+	t.Helper()
+	st.down.Store(false)
+	waitFor(t, 20*time.Second, "both rows sent", func() bool { return len(rec.got()) == 2 })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not return after cancel", what)
+	}
 }
 
 // In a router (AddToRouter), a database that cannot be reached when the router starts
@@ -830,14 +837,7 @@ func TestRouterStartupRetriesWhileDatabaseDown(t *testing.T) {
 
 		rec := newRecorder()
 		st, cancel, done := startDown(t, rec)
-		st.down.Store(false)
-		waitFor(t, 20*time.Second, "both rows sent", func() bool { return len(rec.got()) == 2 })
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the router's Run did not return after cancel")
-		}
+		recoverThenStop(t, st, rec, cancel, done, "the router's Run")
 
 		_, cancel, done = startDown(t, newRecorder())
 		cancel()
