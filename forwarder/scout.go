@@ -8,7 +8,7 @@ import (
 )
 
 // laneScout is the service that looks for the lanes holding pending rows
-// (Store.PendingLanes: an index dive per non-empty lane) and wakes the worker of a lane
+// (Store.PendingLanes: a few index dives) and wakes the worker of a lane
 // that has just received rows. It looks every PollInterval after a lane received rows,
 // backing off to MaxPollInterval while nothing changes (workers of non-empty lanes poll
 // those themselves). Idle workers of empty lanes do not poll at all: with 64 empty lanes

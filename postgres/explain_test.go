@@ -40,6 +40,10 @@ func TestExplainHotReads(t *testing.T) {
 		{"never analyzed", false, false, false, false},
 		{"never analyzed, half drained", false, true, false, false},
 		{"never analyzed, inserted unordered", false, false, true, false},
+		// A backlog of unordered rows only, analyzed: the lanes' index is empty and the
+		// statistics say every lane is NULL (the state in which the old recursive
+		// pending-lanes probe was estimated above jit_above_cost).
+		{"analyzed, inserted unordered", true, false, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -142,6 +146,9 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		{"ordered claim", s.q.claimLane, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"ordered claim holding parked keys", s.q.claimLaneHold, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"unordered claim", s.q.claimUnordered, suffixDueIx, []any{tok[:], until, now, 100, zero[:]}},
+		{"unordered locked batch", s.q.lockUnordered, suffixDueIx, []any{now, 500, zero[:]}},
+		{"locked batch delete", s.q.lockedDelete, suffixOutbox + "_pkey", []any{[][]byte{zero[:]}}},
+		{"pending lanes probe", s.q.pendingLanes, suffixLaneIx, nil},
 		// Token claims are renewed, released and completed by id (no index on tokens).
 		{"renew by ids", s.q.renew[1], suffixOutbox + "_pkey", []any{tok[:], now, until, [][]byte{zero[:]}}},
 		{"release by ids", s.q.release[1], suffixOutbox + "_pkey", []any{tok[:], now, [][]byte{zero[:]}}},
@@ -150,8 +157,13 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			plan := explain(t, ctx, db, mode, st.query, st.args)
 			t.Logf("%s (%s):\n%s", st.name, mode, plan.text)
-			if plan.sortsBacklog && st.name != "ordered claim" && st.name != "ordered claim holding parked keys" {
-				// Only the ordered claims sort, and only the few rows of a lane's head run.
+			if plan.cost >= jitAboveCostDefault {
+				t.Errorf("%s (%s) is estimated at %.0f, at or above PostgreSQL's default jit_above_cost (%d): the server would JIT-compile it on every call",
+					st.name, mode, plan.cost, jitAboveCostDefault)
+			}
+			if plan.sortsBacklog && st.name != "ordered claim" && st.name != "ordered claim holding parked keys" && st.name != "pending lanes probe" {
+				// Only the ordered claims sort, and only the few rows of a lane's head run
+				// (the lanes probe sorts its Options.Lanes lane numbers).
 				t.Errorf("%s (%s) sorts rows of the outbox instead of walking an index in id order", st.name, mode)
 			}
 			if plan.seqScans[opts.OutboxTable()] {
@@ -177,8 +189,14 @@ func btoi(b bool) int {
 
 func (s *Store) n() names { return s.q.n }
 
+// jitAboveCostDefault is PostgreSQL's default jit_above_cost: a statement estimated at
+// this cost or more is JIT-compiled on every execution (a cost paid in server CPU, 150 to
+// 370 ms per call of the old pending-lanes probe).
+const jitAboveCostDefault = 100_000
+
 type planSummary struct {
 	text     string
+	cost     float64         // the plan's total estimated cost
 	seqScans map[string]bool // relation names
 	// sortsBacklog: a Sort node in the plan (the unordered statements and the lane read
 	// must walk an index in id order instead)
@@ -224,12 +242,16 @@ func explain(t *testing.T, ctx context.Context, db *sql.DB, mode, query string, 
 				params[i] = fmt.Sprint(v)
 			}
 		}
+		exec := "EXECUTE explained"
+		if len(params) > 0 {
+			exec += "(" + strings.Join(params, ", ") + ")"
+		}
 		var raw []byte
-		if err := pc.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE explained("+strings.Join(params, ", ")+")").Scan(&raw); err != nil {
+		if err := pc.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+exec).Scan(&raw); err != nil {
 			return err
 		}
 		var text strings.Builder
-		rows, err := pc.Query(ctx, "EXPLAIN EXECUTE explained("+strings.Join(params, ", ")+")")
+		rows, err := pc.Query(ctx, "EXPLAIN "+exec)
 		if err != nil {
 			return err
 		}
@@ -259,6 +281,7 @@ func summarize(t *testing.T, raw []byte) planSummary {
 		t.Fatalf("EXPLAIN JSON: %v", err)
 	}
 	sum := planSummary{seqScans: map[string]bool{}, indexes: map[string]bool{}}
+	sum.cost, _ = doc[0].Plan["Total Cost"].(float64)
 	var walk func(n map[string]any)
 	walk = func(n map[string]any) {
 		if n["Node Type"] == "Sort" {

@@ -50,7 +50,7 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 		return nil, err
 	}
 	n := newNames(opts)
-	s := &Store{db: db, opts: opts, script: createScript(n), q: newQueries(n)}
+	s := &Store{db: db, opts: opts, script: createScript(n), q: newQueries(n, opts.Lanes)}
 	s.batches = lockedbatch.Dialect{Name: "postgres", Wrap: wrap, Finish: s.finishBatch}
 	return s, nil
 }
