@@ -109,7 +109,8 @@ type Forwarder struct {
 	held     []atomic.Bool  // index lane
 	members  atomic.Int64
 	// lanePending (index lane) is the lane scout's word on whether a lane may hold
-	// pending rows; an idle lane worker polls its lane only while it is true.
+	// pending rows (set too by Notify for a committed lane); an idle lane worker polls
+	// its lane only while it is true.
 	lanePending []atomic.Bool
 
 	gaugeMu     sync.Mutex // orders gauge reports (reportInFlight, reportLanesHeld)
@@ -207,10 +208,17 @@ func (f *Forwarder) NotifierOptions() outbox.Options { return f.store.Options() 
 
 // Notify implements outbox.Notifier: it wakes the workers of the committed lanes held
 // here and the unordered claimer. It never blocks; a wake-up that finds one pending is
-// merged with it, and lanes held elsewhere are found by their owner's poll.
+// merged with it, and lanes held elsewhere are found by their owner's poll. A committed
+// lane is marked pending (as the lane scout would on its next look), so that a lane
+// this forwarder acquires after the commit (at startup, or taken over from a peer) is
+// read at once rather than after the scout's next look (up to MaxPollInterval).
 func (f *Forwarder) Notify(c outbox.Commit) {
 	for _, lane := range c.Lanes {
-		if lane >= 0 && lane < len(f.laneWake) && f.held[lane].Load() {
+		if lane < 0 || lane >= len(f.laneWake) {
+			continue
+		}
+		f.lanePending[lane].Store(true)
+		if f.held[lane].Load() {
 			wake(f.laneWake[lane])
 		}
 	}

@@ -462,6 +462,37 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 	})
 }
 
+// A commit notified to a forwarder that does not hold its lane marks the lane pending:
+// when the forwarder takes the lane over (here from a peer that left without reading
+// it), its worker reads the lane at once instead of waiting for the lane scout's next
+// look (30 s here). Before, the wake-up was dropped (seen as a rare failure of
+// wakeup/brokertest's TestWakeUp on a loaded machine: a wake-up that arrived before the
+// forwarder's first leases).
+func TestNotifiedLaneReadOnTakeover(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		tb = tb.withLanes(t, 4)
+		cfg := fastConfig()
+		cfg.PollInterval, cfg.MaxPollInterval = 30*time.Second, 30*time.Second
+		cfg.LeaseTTL = 3 * time.Second // the lease manager looks every second
+		cfg.DisableUnordered = true
+		cfgA, cfgB := cfg, cfg
+		cfgA.Owner, cfgB.Owner = "a", "b"
+		a, stopA := start(t, tb.store, Targets{"": newRecorder()}, cfgA)
+		waitFor(t, 10*time.Second, "a holds every lane", func() bool { return len(a.Stats().HeldLanes) == tb.opts.Lanes })
+		recB := newRecorder()
+		b, _ := start(t, tb.store, Targets{"": recB}, cfgB)
+		waitFor(t, 15*time.Second, "lanes shared", func() bool {
+			return len(a.Stats().HeldLanes) == 2 && len(b.Stats().HeldLanes) == 2
+		})
+		lane := a.Stats().HeldLanes[0]
+		key := keyInLane(lane, tb.opts.Lanes, 0)
+		tb.insert(t, tb.row("t", key, key+"/0"))
+		b.Notify(outbox.Commit{Lanes: []int{lane}}) // a wake-up that reached b only
+		stopA()
+		waitFor(t, 5*time.Second, "the notified row sent by b once it took the lane over", func() bool { return len(recB.got()) == 1 })
+	})
+}
+
 // Three forwarders share the lanes within one of lanes/K and rebalance when one leaves
 // or joins.
 func TestLanesSharedFairly(t *testing.T) {
