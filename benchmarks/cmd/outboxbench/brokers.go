@@ -45,12 +45,14 @@ type broker struct {
 // The order alternates between runs.
 func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) error {
 	var brokers []broker
-	if cfg.amqpURL != "" {
+	switch {
+	case !slices.Contains(cfg.brokers, "rabbitmq"): // left out by -brokers
+	case cfg.amqpURL == "":
+		sec.note("RabbitMQ skipped: no -amqp-url.")
+	default:
 		b := amqpBroker(cfg.amqpURL)
 		b.rows = cfg.brokerRows
 		brokers = append(brokers, b)
-	} else {
-		sec.note("RabbitMQ skipped: no -amqp-url.")
 	}
 	kb, closeKafka, err := kafkaBroker()
 	if err != nil {
@@ -58,7 +60,11 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 	}
 	defer closeKafka()
 	kb.rows = kafkaRowsFactor * cfg.brokerRows
-	brokers = append(brokers, kb, kafkaBatchBroker(kb))
+	for _, b := range []broker{kb, kafkaBatchBroker(kb)} {
+		if slices.Contains(cfg.brokers, b.name) {
+			brokers = append(brokers, b)
+		}
+	}
 
 	workers := forwarder.TokenInFlightDefault
 	for _, b := range brokers {
@@ -106,18 +112,18 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 					return err
 				})
 			}
-			steps := []func() error{
-				measureRaw,
-				measureLoop,
-				func() error { return measureOurs(forwarder.Config{TokenClaims: true}, 0, &ours) },
-				func() error { return measureOurs(forwarder.Config{}, 0, &locking) },
-				func() error { return measureOurs(forwarder.Config{}, orderedKeys, &ordered) },
+			steps := []labeledStep{
+				{"raw", measureRaw},
+				{"loop", measureLoop},
+				{"ours-token", func() error { return measureOurs(forwarder.Config{TokenClaims: true}, 0, &ours) }},
+				{"ours-locks", func() error { return measureOurs(forwarder.Config{}, 0, &locking) }},
+				{"ours-ordered", func() error { return measureOurs(forwarder.Config{}, orderedKeys, &ordered) }},
 			}
 			if run%2 == 1 {
 				slices.Reverse(steps)
 			}
 			for _, step := range steps {
-				if err := step(); err != nil {
+				if err := step.run(ctx, b.name); err != nil {
 					return fmt.Errorf("%s: %w", b.name, err)
 				}
 			}

@@ -5,6 +5,7 @@
 //	go run ./cmd/outboxbench                    # full run, both databases (make bench)
 //	go run ./cmd/outboxbench -short -runs 1     # small counts (CI, make bench-short)
 //	go run ./cmd/outboxbench -db postgres -sections drain,latency
+//	go run ./cmd/outboxbench -db postgres -sections brokers -brokers kafka -cpuprofile kafka.prof
 //
 // Sections: publish (N messages in one business transaction), drain (a queued backlog
 // into a no-op publisher), brokers (forward to RabbitMQ and to Kafka/kfake), latency
@@ -15,6 +16,11 @@
 // spread) and one line per figure, `RESULT <db>/<section>/<figure> <median> <unit>`.
 // Ratios are computed within each repetition from contenders run back to back, then
 // their median is taken.
+//
+// -cpuprofile writes a CPU profile of the whole run; the brokers section runs each
+// contender under the pprof label "contender" (<broker>/raw, /loop, /ours-token,
+// /ours-locks, /ours-ordered), so that `go tool pprof -tagfocus contender=kafka/loop`
+// shows one contender's share (its fill included; -ignore fillOutbox leaves it out).
 //
 // Services come from flags, defaulting to the OUTBOX_TEST_* variables the tests use,
 // then to this machine's local servers. The process re-executes itself for the

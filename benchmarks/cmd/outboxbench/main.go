@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ type config struct {
 	sections []string
 	dsn      map[string]string
 	amqpURL  string
+	brokers  []string // the brokers section's targets (allBrokers)
 
 	publishTx      map[int]int // messages per transaction -> transactions per run
 	drainRows      int
@@ -35,6 +37,8 @@ type config struct {
 	memoryRuns     int // 0: runs
 	memoryLimit    time.Duration
 }
+
+var allBrokers = []string{"rabbitmq", "kafka", "kafka_batch"}
 
 var allSections = []string{"publish", "drain", "brokers", "slow", "latency", "scaling", "memory"}
 
@@ -67,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	amqpURL := fs.String("amqp-url", envOr("OUTBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (\"\" skips the RabbitMQ figures)")
 	drainRows := fs.Int("drain-rows", 0, "override the drain backlog size")
 	memoryRuns := fs.Int("memory-runs", 0, "repetitions of the memory section (default 1, or -runs with -short)")
+	brokers := fs.String("brokers", strings.Join(allBrokers, ","), "the brokers section's targets")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the brokers section labels each contender: pprof -tagfocus contender=postgres/kafka/ours-locks)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -119,6 +125,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// are not timing figures, and a single run keeps `make bench` under an hour.
 		cfg.memoryRuns = 1
 		cfg.memoryLimit = 3 * time.Minute
+	}
+	for _, b := range strings.Split(*brokers, ",") {
+		b = strings.TrimSpace(b)
+		if b == "" {
+			continue
+		}
+		if !slices.Contains(allBrokers, b) {
+			fmt.Fprintf(stderr, "outboxbench: unknown broker %q (have %s)\n", b, strings.Join(allBrokers, ", "))
+			return 2
+		}
+		cfg.brokers = append(cfg.brokers, b)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "outboxbench: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "outboxbench: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if *memoryRuns > 0 {
 		cfg.memoryRuns = *memoryRuns

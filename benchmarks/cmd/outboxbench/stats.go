@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
+	"runtime/pprof"
 	"slices"
 	"strings"
 )
@@ -113,4 +115,17 @@ func percentile(sorted []float64, p float64) float64 {
 	}
 	i := int(math.Ceil(p*float64(len(sorted)))) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// labeledStep is one contender's measurement, run under the pprof label "contender" so
+// that -cpuprofile can tell the contenders apart (pprof -tagfocus contender=...): the
+// goroutines it starts (the forwarder's, a publisher's client) carry the label too.
+type labeledStep struct {
+	name string
+	fn   func() error
+}
+
+func (s labeledStep) run(ctx context.Context, prefix string) (err error) {
+	pprof.Do(ctx, pprof.Labels("contender", prefix+"/"+s.name), func(context.Context) { err = s.fn() })
+	return err
 }
