@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,6 +136,12 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		t.Fatalf("AcquireLease = %v, %v", ok, err)
 	}
 	now, until, zero := t0.Add(time.Second), t0.Add(time.Minute), outbox.ID{}
+	// A lane run's ids as a lane worker deletes them: 512 rows of the lane (the fill puts
+	// row g in lane g%64 when g is odd).
+	var laneIDs [][]byte
+	for g := lane; len(laneIDs) < 512; g += 64 {
+		laneIDs = append(laneIDs, binary.BigEndian.AppendUint64(make([]byte, 8, 16), uint64(g)))
+	}
 	for _, st := range []struct {
 		name  string
 		query string
@@ -149,6 +156,11 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		{"unordered locked batch", s.q.lockUnordered, suffixDueIx, []any{now, 500, zero[:]}},
 		{"locked batch delete", s.q.lockedDelete, suffixOutbox + "_pkey", []any{[][]byte{zero[:]}}},
 		{"pending lanes probe", s.q.pendingLanes, suffixLaneIx, nil},
+		{"lane run read", s.q.laneRun, suffixLaneIx, []any{lane, zero[:], 512}},
+		// Either index: through the lanes' index it walks the lane and filters the run's
+		// ids, through the primary key it looks each id up; on a 1,000,000-row table
+		// (15,600 rows per lane) both took 12-13 ms for 512 rows (2026-12-05).
+		{"lane run delete", s.q.completeLane, suffixLaneIx + "|" + suffixOutbox + "_pkey", []any{laneIDs, lane, lease[:]}},
 		// Token claims are renewed, released and completed by id (no index on tokens).
 		{"renew by ids", s.q.renew[1], suffixOutbox + "_pkey", []any{tok[:], now, until, [][]byte{zero[:]}}},
 		{"release by ids", s.q.release[1], suffixOutbox + "_pkey", []any{tok[:], now, [][]byte{zero[:]}}},
@@ -161,7 +173,12 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 				t.Errorf("%s (%s) is estimated at %.0f, at or above PostgreSQL's default jit_above_cost (%d): the server would JIT-compile it on every call",
 					st.name, mode, plan.cost, jitAboveCostDefault)
 			}
-			if plan.sortsBacklog && st.name != "ordered claim" && st.name != "ordered claim holding parked keys" && st.name != "pending lanes probe" {
+			// A lane run's read as a custom plan (the first five executions on a
+			// connection) may sort the lane's rows when the lane holds little more than
+			// LaneBatch of them (a bitmap scan of ~1,500 index entries, here); the generic
+			// plan that pgx's statement cache then runs walks the index.
+			customRunRead := st.name == "lane run read" && mode == "force_custom_plan"
+			if plan.sortsBacklog && !customRunRead && st.name != "ordered claim" && st.name != "ordered claim holding parked keys" && st.name != "pending lanes probe" {
 				// Only the ordered claims sort, and only the few rows of a lane's head run
 				// (the lanes probe sorts its Options.Lanes lane numbers).
 				t.Errorf("%s (%s) sorts rows of the outbox instead of walking an index in id order", st.name, mode)
