@@ -191,7 +191,7 @@ func newQueries(n names, lanes int) *queries {
 	// a large backlog: PostgreSQL then JIT-compiled the probe on every call, 150-370 ms
 	// of server CPU each (auto_explain, 100,000 unordered rows, 2026-12-05). Equality
 	// on a literal keeps the estimate at a few index probes in every state of the
-	// statistics (TestExplainPendingLanes).
+	// statistics (TestExplainHotReads).
 	q.pendingLanes = `SELECT g.lane FROM generate_series(0, ` + strconv.Itoa(lanes-1) + `) AS g(lane) ` +
 		`CROSS JOIN LATERAL (SELECT 1 FROM ` + t + ` AS o WHERE o.status = 'pending' AND o.lane IS NOT NULL AND o.lane = g.lane LIMIT 1) AS p ` +
 		`ORDER BY g.lane`

@@ -414,7 +414,7 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	return int(lane.Int64), nil
 }
 
-// PendingLanes lists the lanes holding pending rows in one loose index scan.
+// PendingLanes lists the lanes holding pending rows: one index probe per lane of Options.Lanes.
 func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.pendingLanes)
 	if err != nil {
