@@ -145,7 +145,9 @@
 // at once. Polling finds everything else (rows of crashed writers, expired claims,
 // scheduled rows coming due, and other processes' commits unless they wake it) every
 // PollInterval while rows keep coming, backing off to MaxPollInterval when idle. A
-// dropped wake-up only delays a row until the next poll. Lanes are polled through a
+// dropped wake-up only delays a row until the next poll. A wake-up for a lane this
+// forwarder does not hold yet (at startup, during a takeover) is kept: the lane's worker
+// reads it as soon as the lease is taken. Lanes are polled through a
 // scout: one store.PendingLanes probe finds the lanes holding rows and wakes their
 // workers, and workers of empty lanes do not poll at all. Idle cost per forwarder: one
 // probe and one unordered claim per MaxPollInterval, instead of a claim per lane
