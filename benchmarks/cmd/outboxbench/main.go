@@ -85,16 +85,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.dbs = append(cfg.dbs, d)
 		}
 	}
-	for _, s := range strings.Split(*sections, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if !slices.Contains(allSections, s) {
-			fmt.Fprintf(stderr, "outboxbench: unknown section %q (have %s)\n", s, strings.Join(allSections, ", "))
-			return 2
-		}
-		cfg.sections = append(cfg.sections, s)
+	var err error
+	if cfg.sections, err = listFlag(*sections, "section", allSections); err != nil {
+		fmt.Fprintf(stderr, "outboxbench: %v\n", err)
+		return 2
+	}
+	if cfg.brokers, err = listFlag(*brokers, "broker", allBrokers); err != nil {
+		fmt.Fprintf(stderr, "outboxbench: %v\n", err)
+		return 2
 	}
 	if cfg.short {
 		if cfg.runs == 0 {
@@ -125,17 +123,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// are not timing figures, and a single run keeps `make bench` under an hour.
 		cfg.memoryRuns = 1
 		cfg.memoryLimit = 3 * time.Minute
-	}
-	for _, b := range strings.Split(*brokers, ",") {
-		b = strings.TrimSpace(b)
-		if b == "" {
-			continue
-		}
-		if !slices.Contains(allBrokers, b) {
-			fmt.Fprintf(stderr, "outboxbench: unknown broker %q (have %s)\n", b, strings.Join(allBrokers, ", "))
-			return 2
-		}
-		cfg.brokers = append(cfg.brokers, b)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -204,6 +191,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// listFlag splits a comma-separated flag value into the names it lists, each one of
+// allowed (what names the kind in the error).
+func listFlag(value, what string, allowed []string) ([]string, error) {
+	var out []string
+	for _, v := range strings.Split(value, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if !slices.Contains(allowed, v) {
+			return nil, fmt.Errorf("unknown %s %q (have %s)", what, v, strings.Join(allowed, ", "))
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 func runSection(ctx context.Context, name string, e *engine, cfg config) *section {

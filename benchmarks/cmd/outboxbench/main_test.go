@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -100,5 +101,21 @@ func TestPercentileAndMedian(t *testing.T) {
 	}
 	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
 		t.Errorf("median = %v, want 2.5", got)
+	}
+}
+
+// A list flag keeps the names it is given, in order, and refuses one it does not know,
+// naming it and the choices; run exits with 2 without touching a database.
+func TestListFlags(t *testing.T) {
+	got, err := listFlag(" kafka,, rabbitmq ", "broker", allBrokers)
+	if err != nil || len(got) != 2 || got[0] != "kafka" || got[1] != "rabbitmq" {
+		t.Fatalf("listFlag = %v, %v", got, err)
+	}
+	if _, err := listFlag("kafka,nats", "broker", allBrokers); err == nil || !strings.Contains(err.Error(), `unknown broker "nats" (have rabbitmq, kafka, kafka_batch)`) {
+		t.Fatalf("listFlag with an unknown broker: %v", err)
+	}
+	var stderr strings.Builder
+	if code := run(context.Background(), []string{"-sections", "drain,nope"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown section "nope"`) {
+		t.Fatalf("run with an unknown section = %d, %q", code, stderr.String())
 	}
 }
