@@ -219,6 +219,32 @@ func TestCancelledContextPersistsNeither(t *testing.T) {
 				t.Errorf("Rollback after failed Commit: %v, want ErrTxDone", err)
 			}
 		})
+		t.Run("insert racing the begin context", func(t *testing.T) {
+			// database/sql rolls the transaction back from a goroutine of its own when the
+			// begin context ends; an insert racing it may fail with any error (seen: "sql:
+			// Rows are closed"). Here the store's insert returns such an error once the
+			// context has ended and the rollback has run.
+			ctx, cancel := context.WithCancel(context.Background())
+			racing := &racingInsertStore{Store: e.store, cancel: cancel}
+			ob, err := publisher.New(racing, publisher.Config{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := ob.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.insertOrder(ctx, tx.SQLTx(), 4, "x"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Publish("t", newMsg("c", "1")); err != nil {
+				t.Fatal(err)
+			}
+			err = tx.Commit(context.Background())
+			if !errors.Is(err, context.Canceled) || !errors.Is(err, outbox.ErrTxDone) || errors.Is(err, outbox.ErrUnknownOutcome) {
+				t.Fatalf("Commit: %v, want context.Canceled and ErrTxDone", err)
+			}
+		})
 		if n := e.count(t, e.orders) + e.count(t, e.outbox); n != 0 {
 			t.Fatalf("%d rows after cancelled commits", n)
 		}
@@ -1007,4 +1033,24 @@ func TestPublishRacingCommit(t *testing.T) {
 		}
 		t.Logf("%d messages accepted before the commit", len(accepted))
 	})
+}
+
+// racingInsertStore cancels the transaction's begin context in Insert, waits for
+// database/sql to roll the transaction back, and fails as an insert racing that rollback
+// may.
+type racingInsertStore struct {
+	outbox.Store
+	cancel context.CancelFunc
+}
+
+func (s *racingInsertStore) Insert(ctx context.Context, tx *sql.Tx, recs []outbox.Record) error {
+	s.cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := tx.ExecContext(context.Background(), "SELECT 1"); errors.Is(err, sql.ErrTxDone) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return errors.New("sql: Rows are closed")
 }

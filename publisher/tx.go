@@ -225,6 +225,13 @@ func (t *Tx) write(ctx context.Context, recs []outbox.Record) error {
 		if errors.Is(err, sql.ErrTxDone) {
 			return t.txDoneError(len(recs), err)
 		}
+		if t.txCtx != nil && t.txCtx.Err() != nil {
+			// database/sql rolls the transaction back when its context ends, from a
+			// goroutine of its own: the insert racing it may see any error ("sql: Rows
+			// are closed" from a read it made, seen on MariaDB), and the outcome is the
+			// rollback.
+			return fmt.Errorf("%w (the insert failed with: %v)", t.txDoneError(len(recs), err), err)
+		}
 		return fmt.Errorf("publisher: insert %d messages: %w", len(recs), err)
 	}
 	t.total += len(recs)
