@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	drainRows := fs.Int("drain-rows", 0, "override the drain backlog size")
 	memoryRuns := fs.Int("memory-runs", 0, "repetitions of the memory section (default 1, or -runs with -short)")
 	brokers := fs.String("brokers", strings.Join(allBrokers, ","), "the brokers section's targets")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the brokers section labels each contender: pprof -tagfocus contender=postgres/kafka/ours-locks)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the brokers section labels each contender: pprof -tagfocus contender=kafka/ours-locks)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
