@@ -25,7 +25,8 @@ type laneWorker struct {
 	lane int
 	cfg  *Config
 
-	head      []outbox.Record // the head run being sent; reused
+	head      []outbox.Record // the head run being sent; reused, but not its buffers (takeHead)
+	dels      []delivery      // the head run's deliveries; new for each run
 	parts     []keyPart       // the head run cut by ordering key; reused
 	partOf    map[string]int  // ordering key → its index in parts; reused
 	res       runResult       // what sending the run did; reused
@@ -87,6 +88,7 @@ func (w *laneWorker) step() bool {
 	wasWoken := w.woken
 	w.woken = true // until a read finds nothing (below)
 	var err error
+	w.takeHead()
 	f.laneSem <- struct{}{}
 	w.head, err = f.store.Head(w.h.ctx, outbox.HeadQuery{Lane: w.lane, Limit: cfg.LaneBatch, Now: now, HoldParkedKeys: cfg.HoldParkedKeys}, w.head)
 	<-f.laneSem
@@ -107,7 +109,18 @@ func (w *laneWorker) step() bool {
 		return w.pause(d)
 	}
 	w.errDelay, w.idle = cfg.PollInterval, cfg.PollInterval
+	w.dels = make([]delivery, len(w.head)) // messages sent keep theirs (RowFromContext)
 	return w.settle(w.sendRun())
+}
+
+// takeHead lets the last run's messages keep the payloads they took from its records
+// (laneWorker.prepare): the records' buffers are dropped, so that the next read
+// allocates new ones rather than reusing them. The record array itself is reused.
+func (w *laneWorker) takeHead() {
+	for i := range w.head {
+		w.head[i].Headers, w.head[i].Body = nil, nil
+	}
+	w.dels = nil
 }
 
 // settle deletes the sent rows of the run (one fenced statement) and records the

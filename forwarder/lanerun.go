@@ -142,7 +142,7 @@ func (w *laneWorker) emitPart(p *keyPart) {
 			return
 		}
 		rec := &w.head[i]
-		msg, d, reason := f.prepare(rec)
+		msg, d, reason := w.prepare(i)
 		if reason != "" {
 			p.fail = &rowFailure{rec: rec, reason: reason, park: true}
 			return
@@ -216,7 +216,7 @@ func (w *laneWorker) batch(p *keyPart, start int) (end int, reason string) {
 			break // a row that failed before goes alone: its next failure is its own
 		}
 		var msg *message.Message
-		if msg, _, reason = w.f.prepare(r); reason != "" {
+		if msg, _, reason = w.prepare(p.rows[end]); reason != "" {
 			break
 		}
 		p.msgs = append(p.msgs, msg)
@@ -254,6 +254,14 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 	return false
 }
 
+// prepare builds the message of the head row at index i, or says why it cannot be sent.
+// The message takes the row's payload rather than a copy, and its delivery is the
+// row's slot of the run's deliveries (one allocation per run): takeHead drops both
+// before the next read, which therefore cannot overwrite a payload a message holds.
+func (w *laneWorker) prepare(i int) (*message.Message, *delivery, string) {
+	return w.f.prepareRow(&w.head[i], true, &w.dels[i])
+}
+
 // publishSingles publishes the head rows at indexes rows (all of which prepare
 // accepted) one Publish call each, in order, and returns the position in rows of the
 // first that failed, with its error.
@@ -263,7 +271,7 @@ func (w *laneWorker) publishSingles(rows []int) (int, error) {
 			return k, errLeaseDeadline
 		}
 		r := &w.head[i]
-		msg, _, _ := w.f.prepare(r)
+		msg, _, _ := w.prepare(i)
 		if err := w.f.targets[r.Transport].Publish(r.Destination, msg); err != nil {
 			return k, err
 		}

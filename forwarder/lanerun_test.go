@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,6 +278,35 @@ func TestKeysInFlightOutageAttempts(t *testing.T) {
 		defer mu.Unlock()
 		if len(tried) > 4 {
 			t.Fatalf("%d keys tried in the lane's first cycle of an outage, want at most KeysInFlight (4)", len(tried))
+		}
+	})
+}
+
+// A lane run's messages take their rows' payloads rather than copies
+// (laneWorker.prepare); the next read must then not reuse those buffers. A target that
+// keeps every message it is given (as an asynchronous publisher may) must find each
+// payload as it was sent, after many runs of one lane have reused the worker's records.
+func TestLaneRunMessagesKeepTheirPayloads(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, tb *table) {
+		tb = tb.withLanes(t, 1)
+		var recs []outbox.Record
+		for i := range 60 {
+			key := fmt.Sprintf("k%d", i%3)
+			// Lengths that shrink and grow, so that a reused buffer would fit the next row.
+			recs = append(recs, tb.row("t", key, fmt.Sprintf("%s/%d/%s", key, i, strings.Repeat("x", (i*7)%13))))
+		}
+		tb.insert(t, recs...)
+		cfg := fastConfig()
+		cfg.LaneBatch = 4
+		cfg.DisableUnordered = true
+		rec := newRecorder()
+		_, stop := start(t, tb.store, Targets{"": rec}, cfg)
+		defer stop()
+		waitFor(t, 20*time.Second, "60 rows sent", func() bool { return len(rec.got()) >= 60 })
+		for _, p := range rec.got() {
+			if want := p.msg.Metadata.Get("body"); string(p.msg.Payload) != want {
+				t.Errorf("message %s: payload %q, want %q (its buffer was reused by a later read)", p.msg.UUID, p.msg.Payload, want)
+			}
 		}
 	})
 }
