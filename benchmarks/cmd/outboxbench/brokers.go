@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -97,27 +98,38 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 				}
 				return fn(pub, t)
 			}
-			measureOurs := func(cfg forwarder.Config, keys int, rate *float64) error {
-				return filled(keys, func(pub message.Publisher, t *outboxTable) (err error) {
+			// With -cpustats, each drain's CPU use (fill excluded): this process, the server.
+			cpu := map[string][2]float64{}
+			drain := func(name string, fn func() error) error {
+				self, db, err := cpuUse(cfg.cpuStats, n, fn)
+				cpu[name] = [2]float64{self, db}
+				return err
+			}
+			measureOurs := func(name string, fc forwarder.Config, keys int, rate *float64) error {
+				return filled(keys, func(pub message.Publisher, t *outboxTable) error {
 					cp := &countingPublisher{next: pub}
-					*rate, err = runOurs(ctx, t, cfg, 1, cp, cp.Count, n, 5*time.Minute)
-					return err
+					return drain(name, func() (err error) {
+						*rate, err = runOurs(ctx, t, fc, 1, cp, cp.Count, n, 5*time.Minute)
+						return err
+					})
 				})
 			}
 			// The database-backed ceiling: the hand-written SKIP LOCKED loop, each of its 4
 			// workers publishing a batch through workers/4 goroutines at once.
 			measureLoop := func() error {
-				return filled(0, func(pub message.Publisher, t *outboxTable) (err error) {
-					loop, err = rawLoop(ctx, e, t, pub, workers/4, n, 5*time.Minute)
-					return err
+				return filled(0, func(pub message.Publisher, t *outboxTable) error {
+					return drain("loop", func() (err error) {
+						loop, err = rawLoop(ctx, e, t, pub, workers/4, n, 5*time.Minute)
+						return err
+					})
 				})
 			}
 			steps := []labeledStep{
 				{"raw", measureRaw},
 				{"loop", measureLoop},
-				{"ours-token", func() error { return measureOurs(forwarder.Config{TokenClaims: true}, 0, &ours) }},
-				{"ours-locks", func() error { return measureOurs(forwarder.Config{}, 0, &locking) }},
-				{"ours-ordered", func() error { return measureOurs(forwarder.Config{}, orderedKeys, &ordered) }},
+				{"ours-token", func() error { return measureOurs("ours-token", forwarder.Config{TokenClaims: true}, 0, &ours) }},
+				{"ours-locks", func() error { return measureOurs("ours-locks", forwarder.Config{}, 0, &locking) }},
+				{"ours-ordered", func() error { return measureOurs("ours-ordered", forwarder.Config{}, orderedKeys, &ordered) }},
 			}
 			if run%2 == 1 {
 				slices.Reverse(steps)
@@ -138,6 +150,9 @@ func brokersSection(ctx context.Context, e *engine, cfg config, sec *section) er
 			sec.add(b.name+"/ours_ordered_msgs_per_s", b.name+": ours ordered (default Config, 64 lanes, 1,000 keys)", "msgs/s", ordered)
 			sec.add(b.name+"/ratio_ours_ordered_raw", b.name+": ours ordered / raw", "ratio", ordered/raw)
 			sec.add(b.name+"/ratio_ours_ordered_raw_loop", b.name+": ours ordered / raw loop", "ratio", ordered/loop)
+			if cfg.cpuStats {
+				addCPUFigures(sec, b.name, cpu)
+			}
 		}
 	}
 	sec.note("RabbitMQ: watermill-amqp v2 NewDurableQueueConfig, ChannelPoolSize %d, ConfirmDelivery, queue declared first. "+
@@ -292,4 +307,16 @@ func kafkaBroker() (broker, func(), error) {
 		return pub, topic, func() { _ = pub.Close() }, nil
 	}}
 	return b, c.Close, nil
+}
+
+// addCPUFigures adds -cpustats' figures of one run: each drain's CPU seconds per
+// 100,000 rows in this process (the forwarder or the loop, the publisher's client and,
+// for Kafka, the in-process broker) and in the database server.
+func addCPUFigures(sec *section, broker string, cpu map[string][2]float64) {
+	for _, name := range []string{"loop", "ours-token", "ours-locks", "ours-ordered"} {
+		c := cpu[name]
+		key := broker + "/cpu_" + strings.ReplaceAll(name, "-", "_")
+		sec.add(key+"_process", broker+": CPU per 100,000 rows, "+name+": this process", "s", c[0])
+		sec.add(key+"_db", broker+": CPU per 100,000 rows, "+name+": database server", "s", c[1])
+	}
 }

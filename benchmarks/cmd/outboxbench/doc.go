@@ -21,6 +21,9 @@
 // contender under the pprof label "contender" (<broker>/raw, /loop, /ours-token,
 // /ours-locks, /ours-ordered), so that `go tool pprof -tagfocus contender=kafka/loop`
 // shows one contender's share (its fill included; -ignore fillOutbox leaves it out).
+// -cpustats adds, to the brokers section, each drain's CPU seconds per 100,000 rows in
+// this process and in the database server's processes on this machine (read from
+// /proc, Linux only; the fill is not counted).
 //
 // Services come from flags, defaulting to the OUTBOX_TEST_* variables the tests use,
 // then to this machine's local servers. The process re-executes itself for the

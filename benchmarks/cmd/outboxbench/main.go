@@ -23,6 +23,7 @@ type config struct {
 	dsn      map[string]string
 	amqpURL  string
 	brokers  []string // the brokers section's targets (allBrokers)
+	cpuStats bool     // the brokers section reports each drain's CPU use
 
 	publishTx      map[int]int // messages per transaction -> transactions per run
 	drainRows      int
@@ -39,6 +40,8 @@ type config struct {
 }
 
 var allBrokers = []string{"rabbitmq", "kafka", "kafka_batch"}
+
+var allDatabases = []string{"mysql", "postgres"}
 
 var allSections = []string{"publish", "drain", "brokers", "slow", "latency", "scaling", "memory"}
 
@@ -72,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	drainRows := fs.Int("drain-rows", 0, "override the drain backlog size")
 	memoryRuns := fs.Int("memory-runs", 0, "repetitions of the memory section (default 1, or -runs with -short)")
 	brokers := fs.String("brokers", strings.Join(allBrokers, ","), "the brokers section's targets")
+	cpuStats := fs.Bool("cpustats", false, "the brokers section also reports each drain's CPU seconds per 100,000 rows, in this process and in the database server's processes on this machine (Linux /proc)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the brokers section labels each contender: pprof -tagfocus contender=kafka/ours-locks)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -80,12 +84,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		short: *short, runs: *runs, dsn: map[string]string{"mysql": *mysqlDSN, "postgres": *pgDSN},
 		amqpURL: *amqpURL,
 	}
-	for _, d := range strings.Split(*dbs, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			cfg.dbs = append(cfg.dbs, d)
-		}
-	}
 	var err error
+	if cfg.dbs, err = listFlag(*dbs, "database", allDatabases); err != nil {
+		fmt.Fprintf(stderr, "outboxbench: %v\n", err)
+		return 2
+	}
 	if cfg.sections, err = listFlag(*sections, "section", allSections); err != nil {
 		fmt.Fprintf(stderr, "outboxbench: %v\n", err)
 		return 2
@@ -93,6 +96,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.brokers, err = listFlag(*brokers, "broker", allBrokers); err != nil {
 		fmt.Fprintf(stderr, "outboxbench: %v\n", err)
 		return 2
+	}
+	if cfg.cpuStats = *cpuStats; cfg.cpuStats {
+		if _, err := readCPU(); err != nil {
+			fmt.Fprintf(stderr, "outboxbench: %v\n", err)
+			return 2
+		}
 	}
 	if cfg.short {
 		if cfg.runs == 0 {
@@ -194,7 +203,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // listFlag splits a comma-separated flag value into the names it lists, each one of
-// allowed (what names the kind in the error).
+// allowed (what names the kind in the error); an empty list is an error too.
 func listFlag(value, what string, allowed []string) ([]string, error) {
 	var out []string
 	for _, v := range strings.Split(value, ",") {
@@ -205,6 +214,9 @@ func listFlag(value, what string, allowed []string) ([]string, error) {
 			return nil, fmt.Errorf("unknown %s %q (have %s)", what, v, strings.Join(allowed, ", "))
 		}
 		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no %s listed (have %s)", what, strings.Join(allowed, ", "))
 	}
 	return out, nil
 }

@@ -114,8 +114,41 @@ func TestListFlags(t *testing.T) {
 	if _, err := listFlag("kafka,nats", "broker", allBrokers); err == nil || !strings.Contains(err.Error(), `unknown broker "nats" (have rabbitmq, kafka, kafka_batch)`) {
 		t.Fatalf("listFlag with an unknown broker: %v", err)
 	}
-	var stderr strings.Builder
-	if code := run(context.Background(), []string{"-sections", "drain,nope"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown section "nope"`) {
-		t.Fatalf("run with an unknown section = %d, %q", code, stderr.String())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-sections", "drain,nope"}, `unknown section "nope"`},
+		{[]string{"-brokers", ""}, "no broker listed (have rabbitmq, kafka, kafka_batch)"},
+		{[]string{"-db", "postgres,oracle"}, `unknown database "oracle" (have mysql, postgres)`},
+		{[]string{"-db", " , "}, "no database listed"},
+	} {
+		var stderr strings.Builder
+		if code := run(context.Background(), c.args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("run %q = %d, %q; want exit 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}
+
+// -cpustats reads this process and the database server's processes from /proc.
+func TestReadCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	before, err := readCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	after, err := readCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.self - before.self; d < 30*time.Millisecond {
+		t.Errorf("100 ms of busy loop counted as %v of this process's CPU", d)
+	}
+	if _, _, err := procStat("0"); err == nil {
+		t.Error("procStat of a process that does not exist: no error")
 	}
 }
