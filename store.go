@@ -128,9 +128,9 @@ type Store interface {
 	// PendingLanes returns, in ascending order, the lanes that hold at least one pending
 	// row, eligible or not (parked rows do not count). It is a cheap probe (an index dive
 	// per lane or per non-empty lane, never a scan of the rows) that lets a forwarder
-	// leave empty lanes alone instead of polling each of them. Lanes at or above the
-	// store's Options.Lanes (a table the forwarder refuses, see forwarder.CheckLanes)
-	// need not be listed.
+	// leave empty lanes alone instead of polling each of them. Only lanes below the
+	// store's Options.Lanes are listed: rows in lanes at or above it (a table written
+	// with more lanes, which forwarder.CheckLanes refuses; MaxLane reports them) are not.
 	PendingLanes(ctx context.Context) ([]int, error)
 
 	// ListParked returns up to q.Limit parked rows with ID > q.After in ID order,

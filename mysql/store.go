@@ -721,7 +721,7 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// PendingLanes walks the lanes holding pending rows, one index dive per lane found.
+// PendingLanes walks the lanes below Options.Lanes holding pending rows, one index dive per lane found.
 func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 	var lanes []int
 	for after := int64(-1); ; {
@@ -729,8 +729,8 @@ func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 		if err := queryRowB(ctx, s.db, s.q.nextPendingLane, after).Scan(&next); err != nil {
 			return nil, wrapErr("pending lanes", err)
 		}
-		if !next.Valid {
-			return lanes, nil
+		if !next.Valid || int(next.Int64) >= s.opts.Lanes {
+			return lanes, nil // the lanes above are out of range (MaxLane reports them)
 		}
 		lanes = append(lanes, int(next.Int64))
 		after = next.Int64

@@ -128,7 +128,7 @@ func testMaxLane(t *testing.T, h Harness) {
 }
 
 // PendingLanes lists, ascending, the lanes with pending rows, due or not, claimed or not;
-// unordered and parked rows do not count.
+// unordered and parked rows do not count, nor lanes at or above the store's Lanes.
 func testPendingLanes(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	check := func(what string, want ...int) {
@@ -152,6 +152,19 @@ func testPendingLanes(t *testing.T, h Harness) {
 	check("with lane 0's row claimed", 0, 5, testLanes-1)
 	e.park(late.ID, "p", at(0))
 	check("with lane 5's row parked", 0, testLanes-1)
+
+	// A store with fewer lanes over the same table (rows written with more lanes) lists
+	// only its own lanes; MaxLane is what reports the others.
+	o := e.opts
+	o.Lanes = testLanes - 1
+	narrow, err := e.h.NewStore(e.h.DB, o)
+	if err != nil {
+		t.Fatalf("NewStore with %d lanes: %v", testLanes-1, err)
+	}
+	if got, err := narrow.PendingLanes(e.ctx); err != nil || !slices.Equal(got, []int{0}) {
+		t.Fatalf("PendingLanes of a store with %d lanes over rows in lanes 0 and %d = %v, %v; want [0] (lane %d is out of its range)",
+			testLanes-1, testLanes-1, got, err, testLanes-1)
+	}
 }
 
 func (e *env) leases() []outbox.Lease {

@@ -460,7 +460,7 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	return int(lane.Int64), nil
 }
 
-// PendingLanes walks the lanes holding pending rows, one index seek per lane found.
+// PendingLanes walks the lanes below Options.Lanes holding pending rows, one index seek per lane found.
 func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 	var lanes []int
 	for after := int32(-1); ; {
@@ -471,8 +471,8 @@ func (s *Store) PendingLanes(ctx context.Context) ([]int, error) {
 		if err != nil {
 			return nil, wrap("pending lanes", err)
 		}
-		if !next.Valid {
-			return lanes, nil
+		if !next.Valid || int(next.Int32) >= s.opts.Lanes {
+			return lanes, nil // the lanes above are out of range (MaxLane reports them)
 		}
 		lanes = append(lanes, int(next.Int32))
 		after = next.Int32
