@@ -139,14 +139,16 @@ func TestReadCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
-	}
-	after, err := readCPU()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := after.self - before.self; d < 30*time.Millisecond {
-		t.Errorf("100 ms of busy loop counted as %v of this process's CPU", d)
+	// Spin until the process's CPU time moves (it counts in 10 ms ticks), with a deadline
+	// so that a broken reading fails instead of hanging.
+	var after cpuSample
+	for deadline := time.Now().Add(10 * time.Second); after.self <= before.self; {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s of busy loop moved this process's CPU time from %v to %v", before.self, after.self)
+		}
+		if after, err = readCPU(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, _, err := procStat("0"); err == nil {
 		t.Error("procStat of a process that does not exist: no error")
