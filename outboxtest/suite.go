@@ -70,6 +70,7 @@ func groups() []group {
 		{"Errors", errorTests()},
 		{"Arguments", argumentTests()},
 		{"LockedBatch", lockedBatchTests()},
+		{"LaneBatch", laneBatchTests()},
 		{"Inbox", inboxTests()},
 	}
 }

@@ -66,6 +66,9 @@ type queries struct {
 	laneRun                  string // the pending rows of one lane in id order (Head)
 	parkedKeys               string // earliest parked id per ordering key of one lane
 	completeLane, failLane   string // a lane run's delete and a head row's failure, fenced
+	headLanes                string // HeadLanes: the window's rows of the listed lanes
+	parkedKeysLanes          string // earliest parked id per lane and ordering key of the listed lanes
+	completeLanes            string // CompleteLanes: the runs' rows, each lane fenced by its lease
 
 	// A locked batch (BatchLocker): the unordered claim's locking read without the
 	// claim, and its delete and failure of rows whose locks it holds.
@@ -157,6 +160,18 @@ func newQueries(n names, lanes int) *queries {
 	// $1 lane, $2 after, $3 limit.
 	q.laneRun = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.status = 'pending' AND o.id > $2 ORDER BY o.id LIMIT $3`
 	q.parkedKeys = `SELECT ordering_key, (array_agg(id ORDER BY id))[1] FROM ` + t + ` WHERE status = 'parked' AND lane = $1 AND ordering_key IS NOT NULL GROUP BY ordering_key`
+	// $1 lanes, $2 window. The window (the table's first $2 rows in id order, walked on
+	// the primary key: a bounded walk whatever the rows are) is counted before the rows
+	// of other lanes, unordered and parked rows are dropped, so that the caller learns
+	// whether it was full.
+	q.headLanes = `SELECT ` + prefixed("w") + `, w.n FROM (SELECT o.*, count(*) OVER () AS n FROM (SELECT * FROM ` + t +
+		` ORDER BY id LIMIT $2) AS o) AS w WHERE w.status = 'pending' AND w.lane = ANY($1::integer[]) ORDER BY w.id`
+	q.parkedKeysLanes = `SELECT lane, ordering_key, (array_agg(id ORDER BY id))[1] FROM ` + t +
+		` WHERE status = 'parked' AND lane = ANY($1::integer[]) AND ordering_key IS NOT NULL GROUP BY lane, ordering_key`
+	// $1 ids, $2 lanes, $3 leases (one per lane). The live fenced lanes are found once.
+	q.completeLanes = `DELETE FROM ` + t + ` AS o WHERE o.id = ANY($1::bytea[]) AND o.status = 'pending' AND o.lane = ANY(ARRAY(` +
+		`SELECT f.lane FROM unnest($2::integer[], $3::bytea[]) AS r(lane, token) JOIN ` + q.n.lanes + ` AS f ON f.lane = r.lane AND f.token = r.token ` +
+		`AND f.expires_at > ` + dbNow + `)) RETURNING o.lane`
 	// $1 ids, $2 lane, $3 lease.
 	q.completeLane = `DELETE FROM ` + t + ` WHERE id = ANY($1::bytea[]) AND lane = $2 AND status = 'pending' AND ` + q.liveLease("$2", "$3")
 	// $1 id, $2 error, $3 retry at (NULL keeps deliver_at), $4 park, $5 lane, $6 lease.

@@ -611,6 +611,8 @@ type rowScanner struct {
 	created, deliver, expires                            sql.NullTime
 	attempts                                             int64
 	dst                                                  []any
+	counted                                              []any // dst and one count column
+	count                                                int64
 }
 
 func (s *Store) scanner() *rowScanner {
@@ -620,7 +622,18 @@ func (s *Store) scanner() *rowScanner {
 	sc := &rowScanner{}
 	sc.dst = []any{&sc.id, &sc.uuid, &sc.lane, &sc.key, &sc.transport, &sc.dest, &sc.typ, &sc.headers, &sc.body,
 		&sc.tenant, &sc.created, &sc.deliver, &sc.attempts, &sc.lastErr, &sc.st, &sc.token, &sc.expires}
+	sc.counted = append(sc.dst[:len(sc.dst):len(sc.dst)], &sc.count)
 	return sc
+}
+
+// scanCounted reads one row of selectColumns followed by a count column into r and n.
+func (sc *rowScanner) scanCounted(rows *sql.Rows, r *outbox.Record, n *int64) error {
+	if err := rows.Scan(sc.counted...); err != nil {
+		return err
+	}
+	*n = sc.count
+	sc.decode(r)
+	return nil
 }
 
 // scan reads one row of selectColumns into r, reusing r's Headers and Body storage. A
@@ -629,6 +642,12 @@ func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	if err := rows.Scan(sc.dst...); err != nil {
 		return err
 	}
+	sc.decode(r)
+	return nil
+}
+
+// decode fills r from the scanned columns.
+func (sc *rowScanner) decode(r *outbox.Record) {
 	var corrupt error
 	r.ID = outbox.ID{}
 	if copy(r.ID[:], sc.id); len(sc.id) != len(r.ID) {
@@ -672,5 +691,4 @@ func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	} else if err := headercodec.Validate(r.Headers); err != nil {
 		r.Corrupt = &outbox.CorruptRowError{ID: r.ID, Column: "headers", Err: err}
 	}
-	return nil
 }

@@ -66,3 +66,42 @@ func Read(dst []outbox.Record, limit int, parked map[string]outbox.ID, now time.
 		}
 	}
 }
+
+// LaneKey is an ordering key of one lane.
+type LaneKey struct {
+	Lane int
+	Key  string
+}
+
+// KeepLanes filters recs (pending rows of several lanes in id order, just read) in
+// place, as Keep does for each lane: per lane, rows of a parked key are passed over, and
+// the lane's run ends at its first row not due at now or holding a live claim, or once
+// limit of its rows are kept. Records are swapped, never copied.
+func KeepLanes(recs []outbox.Record, parked map[LaneKey]outbox.ID, now time.Time, limit int) []outbox.Record {
+	type state struct {
+		kept    int
+		stopped bool
+	}
+	lanes := make(map[int]state)
+	n := 0
+	for i := range recs {
+		r := &recs[i]
+		st := lanes[r.Lane]
+		if st.stopped {
+			continue
+		}
+		if held, ok := parked[LaneKey{r.Lane, r.OrderingKey}]; ok && r.OrderingKey != "" && held.Compare(r.ID) < 0 {
+			continue
+		}
+		if r.DeliverAt.After(now) || r.ClaimExpiresAt.After(now) || st.kept == limit {
+			lanes[r.Lane] = state{kept: st.kept, stopped: true}
+			continue
+		}
+		lanes[r.Lane] = state{kept: st.kept + 1}
+		if i != n {
+			recs[n], recs[i] = recs[i], recs[n]
+		}
+		n++
+	}
+	return recs[:n]
+}
