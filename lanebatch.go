@@ -10,9 +10,9 @@ import (
 // statement, each lane's rows fenced by its own lease. Where the table's rows lie in ID
 // order (PostgreSQL's heap, filled as rows are written), one batch visits each page once,
 // where a read per lane visits about one page per row: the rows of one lane are
-// scattered among the rows of every other lane. The forwarder does not use it yet (a
-// first wiring was measured and not faster: benchmarks/README.md, "Lane runs read in id
-// order"); outboxtest holds its rules.
+// scattered among the rows of every other lane. The forwarder does not use it: two
+// wirings were measured and neither was faster (benchmarks/README.md, "Lane runs read
+// in id order" and "Lane rounds"); outboxtest holds its rules.
 //
 // Rules, on top of the Store rules:
 //   - HeadLanes looks at a window: the table's first q.Window rows in ID order, whatever
