@@ -95,7 +95,9 @@ func drainSection(ctx context.Context, e *engine, cfg config, sec *section) erro
 		sec.add("ratio_ours_ordered_watermill_tuned", "ours ordered / Watermill tuned", "ratio", rate["ours_ordered"]/rate["watermill_tuned"])
 	}
 	sec.note("Rates: messages handed to the no-op publisher and deleted/acked, divided by the time from start until the " +
-		"table is empty (watermill-sql default schema: until the consumer offset reaches the last message). " +
+		"last delete: the raw loop's last commit, ours' last delete once the table is empty (a store wrapper records it), " +
+		"Watermill's when a poll every 5 ms finds the table empty (watermill-sql default schema: until the consumer " +
+		"offset reaches the last message). " +
 		"Watermill's forwarder (components/forwarder over a watermill-sql subscriber) handles one message at a time by design.")
 	for name, k := range partial {
 		sec.note("%s hit the %s limit in %d run(s): its rate is the messages done within the limit.", name, cfg.drainLimit, k)
@@ -120,8 +122,12 @@ func drainOurs(ctx context.Context, e *engine, n, keys int, cfg forwarder.Config
 }
 
 // runOurs runs forwarders over a filled table into pub until count reaches n and the
-// table is empty.
+// table is empty, and times them to their last delete (deleteClock).
 func runOurs(ctx context.Context, t *outboxTable, cfg forwarder.Config, instances int, pub message.Publisher, count func() int64, n int, limit time.Duration) (float64, error) {
+	clock, err := newDeleteClock(t.store)
+	if err != nil {
+		return 0, err
+	}
 	fctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, instances)
@@ -130,7 +136,7 @@ func runOurs(ctx context.Context, t *outboxTable, cfg forwarder.Config, instance
 		c := cfg
 		c.Owner = fmt.Sprintf("bench-%d-%s", i, t.opts.TablePrefix)
 		c.StatsInterval = -1
-		f, err := forwarder.New(t.store, forwarder.Targets{"": pub}, c, nil)
+		f, err := forwarder.New(clock, forwarder.Targets{"": pub}, c, nil)
 		if err != nil {
 			cancel()
 			return 0, err
@@ -144,7 +150,7 @@ func runOurs(ctx context.Context, t *outboxTable, cfg forwarder.Config, instance
 		}()
 	}
 	deadline := start.Add(limit)
-	err := waitDone(ctx, deadline, 2*time.Millisecond, func() (bool, error) {
+	err = waitDone(ctx, deadline, 2*time.Millisecond, func() (bool, error) {
 		select {
 		case err := <-errs:
 			return false, fmt.Errorf("forwarder stopped: %w", err)
@@ -159,6 +165,9 @@ func runOurs(ctx context.Context, t *outboxTable, cfg forwarder.Config, instance
 		})
 	}
 	elapsed := time.Since(start)
+	if last := clock.lastDelete(); err == nil && last.After(start) {
+		elapsed = last.Sub(start) // the table is empty: its last delete ended the drain (deleteClock)
+	}
 	cancel()
 	wg.Wait()
 	if err != nil && !errors.Is(err, errDeadline) {
