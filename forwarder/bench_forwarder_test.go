@@ -363,7 +363,7 @@ func rss() uint64 {
 
 // BenchmarkDrain: a backlog of unordered rows drained into a no-op publisher by the
 // forwarder (TokenClaims with its defaults, 250/1000, and with a larger claim/in-flight
-// window, 500/2000; the default row locks with their defaults, 500/2000, and with
+// window, 500/2000; the default row locks with their defaults, 1000/4000, and with
 // 250/1000) against the hand-written SKIP LOCKED claim + batch delete loop on the same
 // database. Reports rows/s of each, their ratios (goal >= 0.8), allocations and bytes
 // per forwarded message (of TokenClaims: fwd_rows/s keeps measuring token claims, as
@@ -471,7 +471,7 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(median(allocs), "allocs/msg")
 			b.ReportMetric(median(bytes), "B/msg")
 			b.ReportMetric(0, "ns/op")
-			b.Logf("%s: per round: baseline %v, forwarder TokenClaims (250/1000) %v, TokenClaims 500/2000 %v, forwarder default row locks (500/2000) %v, row locks 250/1000 %v rows/s",
+			b.Logf("%s: per round: baseline %v, forwarder TokenClaims (250/1000) %v, TokenClaims 500/2000 %v, forwarder default row locks (1000/4000) %v, row locks 250/1000 %v rows/s",
 				e.Name, rounded(base), rounded(def), rounded(big), rounded(locked), rounded(locked500))
 			b.Logf("%s: Go CPU per message, per round: baseline %v, row locks %v ns; ratios %v",
 				e.Name, rounded(baseCPU), rounded(lockedCPU), twoDecimals(ratioCPU))

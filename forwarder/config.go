@@ -17,15 +17,15 @@ const (
 
 	// ClaimBatchDefault and InFlightDefault are the unordered batch and window of the
 	// default claims (row locks, outbox.BatchLocker). A locked batch costs no per-row
-	// claim, so its fixed cost (a transaction) weighs more than a token claim's: larger
-	// batches and window drained 10-15 % faster than 250 and 1000 in BenchmarkDrain
-	// (100,000 rows; 1.11 against 1.00 of the hand-written loop on MariaDB, 0.83 against
-	// 0.72 on PostgreSQL). Twice both (1000 and 4000) forwarded 3–18 % more into Kafka on
-	// PostgreSQL in 7 of 8 paired sets (medians 1.04 against 0.93 of the loop), no more
-	// elsewhere within the noise, and raised the peak RSS of a 1,000,000-row drain by
-	// 6–10 MiB (benchmarks/README.md, 2026-12-06): a setting to choose, not the default.
-	ClaimBatchDefault = 500
-	InFlightDefault   = 2000
+	// claim, so its fixed cost (a transaction) weighs more than a token claim's: 500 and
+	// 2000 drained 10-15 % faster than 250 and 1000 in BenchmarkDrain (100,000 rows), and
+	// 1000 and 4000 forwarded 3-18 % more than 500 and 2000 into Kafka on PostgreSQL in 7
+	// of 8 paired sets (medians 1.04 against 0.93 of the hand-written loop), the other
+	// targets and databases within the noise. The larger window holds more messages:
+	// a 1,000,000-row drain peaked at 31-41 MiB of RSS instead of 25-31
+	// (benchmarks/README.md, 2026-12-06); lower both to spend less memory.
+	ClaimBatchDefault = 1000
+	InFlightDefault   = 4000
 
 	// TokenClaimBatchDefault and TokenInFlightDefault replace them with TokenClaims (set,
 	// or taken for a store without outbox.BatchLocker). They were chosen by draining

@@ -55,7 +55,7 @@
 // in flight after a short hold time are handed over to an ordinary claim so that a slow
 // message never holds a batch's locks for long (after at most one second, ClaimTTL/4
 // when shorter: TestLockingSlowMessageHandedOverToClaim). Its defaults are larger
-// batches (ClaimBatch 500, InFlight 2000: a batch's fixed cost weighs more without
+// batches (ClaimBatch 1000, InFlight 4000: a batch's fixed cost weighs more without
 // per-row claims).
 //
 // Run (no router) publishes a locked batch itself: consecutive rows of one transport
