@@ -218,12 +218,18 @@ type ClaimParams struct {
 }
 
 // RenewParams parameterises Store.Renew.
+//
+// Lane, here and in CompleteParams, ReleaseParams and FailParams, is the lane of the
+// rows named (Unordered for unordered rows), never another: a store may find rows by
+// (lane, id), as the MySQL store, keyed that way, does, and leave rows of another lane
+// unchanged. A claim is taken within one lane (ClaimParams.Lane), which is the one to
+// pass.
 type RenewParams struct {
 	Token Token
 	IDs   []ID // optional: only these rows
 	Now   time.Time
 	Until time.Time
-	Lane  int   // Unordered, or the lane whose lease must be live
+	Lane  int   // the rows' lane (Unordered for unordered rows), whose lease must be live (see above)
 	Lease Token // required when Lane != Unordered
 }
 
@@ -232,7 +238,7 @@ type CompleteParams struct {
 	Token Token // the rows' claim; zero for a lane run read with Head (Lane and Lease set)
 	IDs   []ID
 	Now   time.Time
-	Lane  int   // Unordered, or the lane whose lease must be live
+	Lane  int   // the rows' lane (Unordered for unordered rows), whose lease must be live (see RenewParams)
 	Lease Token // required when Lane != Unordered
 }
 
@@ -241,7 +247,7 @@ type ReleaseParams struct {
 	Token Token
 	IDs   []ID // optional: only these rows
 	Now   time.Time
-	Lane  int   // Unordered, or the lane whose lease must be live
+	Lane  int   // the rows' lane (Unordered for unordered rows), whose lease must be live (see RenewParams)
 	Lease Token // required when Lane != Unordered
 }
 
@@ -253,7 +259,7 @@ type FailParams struct {
 	Error   string
 	RetryAt time.Time // when after Now, the row becomes due again only then
 	Park    bool
-	Lane    int   // Unordered, or the lane whose lease must be live
+	Lane    int   // the row's lane (Unordered for an unordered row), whose lease must be live (see RenewParams)
 	Lease   Token // required when Lane != Unordered
 }
 

@@ -89,6 +89,7 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 		},
 		Placeholder:    func(int) string { return "?" },
 		QualifiedTable: mysql.QualifiedTable,
+		RowWhere:       func(lane int) string { return fmt.Sprintf("lane = %d AND id = ?", lane) },
 		InvalidPrefixes: []outboxtest.InvalidPrefix{
 			{Prefix: strings.Repeat("p", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},
 			{Prefix: strings.Repeat("é", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},

@@ -57,10 +57,17 @@ func WritesByIDs(s *Store, ids []outbox.ID, token outbox.Token, now time.Time, l
 	}
 	list := " AND id IN (" + string(appendIDList(nil, ids)) + ")"
 	return map[string]string{
-		"complete":      bind(s.q.complete+list, token[:], at),
-		"complete lane": bind(s.q.completeLane+list, int64(lane)),
-		"renew":         bind(s.q.renewUpdate+list, at, token[:], at),
-		"release":       bind(s.q.release+list, token[:], at),
+		"complete":           bind(s.q.complete+list, int64(outbox.Unordered), token[:], at),
+		"complete lane":      bind(s.q.completeLane+list, int64(lane)),
+		"renew":              bind(s.q.renewUpdate+list, at, int64(outbox.Unordered), token[:], at),
+		"renew count":        bind(s.q.renewCount+list, int64(outbox.Unordered), token[:], at),
+		"release":            bind(s.q.release+list, int64(outbox.Unordered), token[:], at),
+		"locked batch done":  pinnedIDList(s.q.lockedDelete, ids),
+		"locked batch claim": bind(pinnedIDList(s.q.lockedClaim, ids), token[:], at),
+		"park by id alone":   bind(s.q.park, "reason", ids[0][:], at),
+		"fail":               bind(s.q.fail, "e", []byte(nil), int64(1), int64(1), int64(outbox.Unordered), ids[0][:], token[:], at),
+		"fail head row":      bind(s.q.failLane, "e", []byte(nil), int64(0), int64(0), int64(lane), ids[0][:]),
+		"locked batch fail":  bind(s.q.lockedFail, "e", []byte(nil), int64(0), int64(0), ids[0][:]),
 	}
 }
 
@@ -73,3 +80,17 @@ func PreparedInserts(s *Store) int {
 
 // PreparedRows is the row count of a prepared group INSERT.
 const PreparedRows = preparedRows
+
+// LaneList is the list of every lane a pending row can hold ("-1,0,...").
+var LaneList = laneList
+
+// ParkedStatements returns the parked listings and count (values inlined), for EXPLAIN.
+func ParkedStatements(s *Store, limit int) map[string]string {
+	var zero outbox.ID
+	return map[string]string{
+		"list parked":        bind(s.q.listParked, zero[:], int64(limit)),
+		"list parked of key": bind(s.q.listParkedKey, zero[:], []byte("key-1"), int64(limit)),
+		"count parked":       s.q.statsParked,
+		"parked keys":        bind(s.q.parkedKeys, int64(parkedLane(5))),
+	}
+}

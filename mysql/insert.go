@@ -87,6 +87,9 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	if len(records) == 0 {
 		return nil
 	}
+	if err := s.checkLaneKey(ctx, tx); err != nil {
+		return wrapErr("insert", err)
+	}
 	maxPacket, err := s.maxAllowedPacket(ctx, tx)
 	if err != nil {
 		return wrapErr("insert", err)
@@ -227,12 +230,8 @@ func appendRow(b []byte, args []any, r *outbox.Record, cols int, inline bool) ([
 	b, args = appendBytes(b, args, r.ID[:], inline)
 	b = append(b, ',')
 	b, args = appendString(b, args, r.MessageUUID, "''", inline)
-	if cols&inscols.Lane != 0 {
-		if r.Lane == outbox.Unordered {
-			b = append(b, ",NULL"...)
-		} else {
-			b = strconv.AppendInt(append(b, ','), int64(r.Lane), 10)
-		}
+	if cols&inscols.Lane != 0 { // an unordered row among ordered ones: -1, the column's default
+		b = strconv.AppendInt(append(b, ','), int64(r.Lane), 10)
 	}
 	if cols&inscols.Key != 0 {
 		if r.OrderingKey == "" {

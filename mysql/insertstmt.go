@@ -205,12 +205,8 @@ func appendArgs(args []any, group []outbox.Record, cols int, times *argTimes) []
 	for i := range group {
 		r := &group[i]
 		args = append(args, r.ID[:], r.MessageUUID)
-		if cols&inscols.Lane != 0 {
-			if r.Lane == outbox.Unordered {
-				args = append(args, nil)
-			} else {
-				args = append(args, int64(r.Lane))
-			}
+		if cols&inscols.Lane != 0 { // an unordered row among ordered ones: -1, the column's default
+			args = append(args, int64(r.Lane))
 		}
 		if cols&inscols.Key != 0 {
 			args = append(args, nullableBytes(r.OrderingKey))

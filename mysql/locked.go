@@ -37,7 +37,7 @@ func (s *Store) finishBatch(ctx context.Context, tx *sql.Tx, in batchids.Set, p 
 		if err != nil {
 			return fmt.Errorf("Until: %w", err)
 		}
-		if _, err := execB(ctx, tx, pinnedIDList(s.q.setClaim, ids), p.Token[:], until); err != nil {
+		if _, err := execB(ctx, tx, pinnedIDList(s.q.lockedClaim, ids), p.Token[:], until); err != nil {
 			return err
 		}
 	}
@@ -63,7 +63,7 @@ func (s *Store) finishBatch(ctx context.Context, tx *sql.Tx, in batchids.Set, p 
 		if f.Park {
 			park = 1
 		}
-		if _, err := execB(ctx, tx, s.q.lockedFail, errorText(f.Error), retry, park, f.ID[:]); err != nil {
+		if _, err := execB(ctx, tx, s.q.lockedFail, errorText(f.Error), retry, park, park, f.ID[:]); err != nil {
 			return err
 		}
 	}

@@ -96,13 +96,13 @@ func TestCreateScript(t *testing.T) {
 		"created_at       DATETIME(6)     NOT NULL",
 		"claim_token      BINARY(16)      NULL",
 		"headers          LONGBLOB        NOT NULL",
-		"KEY ix_status_lane (status, lane, id)",
+		"lane             INT             NOT NULL DEFAULT -1",
+		"PRIMARY KEY (lane, id)",
 		"deliver_at       DATETIME(6)     NOT NULL DEFAULT (created_at)",
 		"CHECK (id <> X'00000000000000000000000000000000')",
-		"CHECK (lane >= 0)",
 		"CHECK (LENGTH(headers) >= 8)",
 		"CHECK (attempts >= 0)",
-		"CHECK (status IN ('pending', 'parked'))",
+		"CHECK ((status = 'pending' AND lane >= -1) OR (status = 'parked' AND lane < -1))",
 		"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
 		"CREATE TABLE IF NOT EXISTS `app``db`.`orders``x_inbox` (",
 		"CREATE TABLE IF NOT EXISTS `app``db`.`orders``x_inbox_lease` (",
@@ -111,6 +111,9 @@ func TestCreateScript(t *testing.T) {
 		if !strings.Contains(script, want) {
 			t.Errorf("script lacks %q", want)
 		}
+	}
+	if rows, _, _ := strings.Cut(script, ";\n"); strings.Contains(rows, "\n    KEY ") || strings.Contains(rows, "INDEX") {
+		t.Error("the rows table has a secondary index; its primary key (lane, id) is its only one")
 	}
 	if n := strings.Count(script, "CREATE TABLE IF NOT EXISTS"); n != 5 {
 		t.Errorf("script has %d CREATE TABLE statements, want 5", n)
@@ -319,7 +322,7 @@ func TestErrorTranslation(t *testing.T) {
 		insert(t, ctx, db, s, recs)
 		table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
 		lock := func(tx *sql.Tx, r outbox.Record) error {
-			_, err := tx.ExecContext(ctx, "UPDATE "+table+" SET attempts = attempts + 1 WHERE id = ?", r.ID[:])
+			_, err := tx.ExecContext(ctx, "UPDATE "+table+" SET attempts = attempts + 1 WHERE lane = ? AND id = ?", r.Lane, r.ID[:])
 			return err
 		}
 		tx1, err := db.BeginTx(ctx, nil)
@@ -387,10 +390,10 @@ func TestErrorTranslation(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer other.Rollback()
-		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = attempts + 1 WHERE id >= ?", recs[2].ID[:]); err != nil {
+		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = attempts + 1 WHERE lane = -1 AND id >= ?", recs[2].ID[:]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", b.ID[:]); err != nil {
+		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE lane = ? AND id = ?", b.Lane, b.ID[:]); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
@@ -402,7 +405,7 @@ func TestErrorTranslation(t *testing.T) {
 			done <- err
 		}()
 		waitForLockWait(t, db, s.Options().TablePrefix, done)
-		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", a.ID[:]); err != nil {
+		if _, err := other.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE lane = ? AND id = ?", a.Lane, a.ID[:]); err != nil {
 			t.Fatalf("the other transaction: %v", err)
 		}
 		if got := deadlocks(); got <= before {
@@ -434,7 +437,7 @@ func TestErrorTranslation(t *testing.T) {
 		}
 		defer tx.Rollback()
 		table := mysql.QualifiedTable(s.Options(), s.Options().OutboxTable())
-		if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE id = ?", r.ID[:]); err != nil {
+		if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET attempts = 1 WHERE lane = ? AND id = ?", r.Lane, r.ID[:]); err != nil {
 			t.Fatal(err)
 		}
 		_, err = s.Park(ctx, r.ID, "blocked", t0)

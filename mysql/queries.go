@@ -2,6 +2,9 @@ package mysql
 
 import (
 	"fmt"
+	"strconv"
+
+	outbox "github.com/relayer-go/watermill-outbox"
 
 	"github.com/relayer-go/watermill-outbox/internal/inscols"
 )
@@ -10,7 +13,8 @@ import (
 // Statements whose shape depends on the call (id lists, optional filters, inserts) are
 // assembled from the fragments here by the methods that run them.
 type queries struct {
-	create []string
+	create     []string
+	outboxName string // the rows table, quoted and qualified
 
 	// The two hot reads.
 	readUnordered, readLane string
@@ -24,6 +28,7 @@ type queries struct {
 	parkedKeys       string // earliest parked id per ordering key of one lane
 	leaseShare       string // lease check that holds a shared lock until commit
 	setClaim         string // prefix of the claim UPDATE; the id list follows
+	lockedClaim      string // prefix of a locked batch's hand-over to a claim; the id list follows
 
 	lockedDelete string // prefix of a locked batch's DELETE; the id list follows
 	lockedFail   string // a locked batch's failure of one row (the row lock is held)
@@ -59,34 +64,62 @@ const (
 	dbUntil = `(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 )
 
+// parkIf moves a row to its parked lane (parkedLane) and status when the first two of
+// its parameters (both the park flag) are 1. The flag is bound twice rather than the
+// second assignment reading the first: under MariaDB's SIMULTANEOUS_ASSIGNMENT mode every
+// assignment sees the row's old values.
+const parkIf = `lane = IF(? = 1, -3 - lane, lane), status = IF(? = 1, 'parked', status) `
+
+// parkedLane maps a lane (Unordered included) to the lane value its parked rows hold,
+// and back: -3 - lane, below -1 for every lane, so that parked rows sit in the primary
+// key apart from the pending ones.
+func parkedLane(lane int) int { return -3 - lane }
+
+// laneOf is the lane of a stored lane value (a parked row's is parkedLane(lane)).
+func laneOf(v int) int {
+	if v < outbox.Unordered {
+		return parkedLane(v)
+	}
+	return v
+}
+
+// laneList is "-1,0,...,lanes-1": every lane a pending row can hold, for a statement
+// that finds a row by id alone through the primary key (lane, id), one point per lane.
+func laneList(lanes int) string {
+	b := []byte("-1")
+	for l := 0; l < lanes; l++ {
+		b = strconv.AppendInt(append(b, ','), int64(l), 10)
+	}
+	return string(b)
+}
+
 // eligibleWhere: pending, due, and no live claim. Parameters: now, now.
 const eligibleWhere = `status = 'pending' AND deliver_at <= ? AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`
 
-func newQueries(n names) *queries {
-	q := &queries{create: createStatements(n)}
-	// The hot reads walk ix_status_lane (status, lane, id) in id order; due and claim
-	// tests filter on the way. MariaDB picks that index by itself; Oracle MySQL's
-	// optimizer walks the primary key for the unordered reads instead ("ORDER BY id
-	// LIMIT" favours the clustered index), reading every ordered, parked and scheduled
-	// row on the way, hence FORCE INDEX there (TestExplain, both engines).
-	q.readUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (ix_status_lane) WHERE lane IS NULL AND id > ? AND %s ORDER BY id LIMIT ?`,
+func newQueries(n names, lanes int) *queries {
+	q := &queries{create: createStatements(n), outboxName: n.outbox}
+	// The hot reads walk the primary key (lane, id) within one lane, in id order; due
+	// and claim tests filter on the way (parked rows hold lanes below -1, out of the
+	// way). It is the table's only index; the unordered reads name it all the same, so
+	// that no optimizer prefers a scan (TestExplain, both engines).
+	q.readUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND id > ? AND %s ORDER BY id LIMIT ?`,
 		recordColumns, n.outbox, eligibleWhere)
 	q.readLane = fmt.Sprintf(`SELECT %s FROM %s WHERE lane = ? AND id > ? AND %s ORDER BY id LIMIT ?`,
 		recordColumns, n.outbox, eligibleWhere)
 
-	q.anyUnordered = fmt.Sprintf(`SELECT 1 FROM %s FORCE INDEX (ix_status_lane) WHERE lane IS NULL AND id > ? AND %s LIMIT 1`, n.outbox, eligibleWhere)
-	q.claimUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (ix_status_lane) WHERE lane IS NULL AND id > ? AND %s ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
+	q.anyUnordered = fmt.Sprintf(`SELECT 1 FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND id > ? AND %s LIMIT 1`, n.outbox, eligibleWhere)
+	q.claimUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND id > ? AND %s ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
 		recordColumns, n.outbox, eligibleWhere)
 	q.claimLaneLocked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
 		recordColumns, n.outbox)
 	q.claimLaneVisible = fmt.Sprintf(`SELECT id FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, n.outbox)
 	q.laneHead = fmt.Sprintf(`SELECT CAST(deliver_at AS CHAR), CAST(claim_expires_at AS CHAR) FROM %s WHERE status = 'pending' AND lane = ? ORDER BY id LIMIT 1`, n.outbox)
 	q.laneRun = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
-	q.parkedKeys = fmt.Sprintf(`SELECT ordering_key, MIN(id) FROM %s WHERE status = 'parked' AND lane = ? AND ordering_key IS NOT NULL GROUP BY ordering_key`, n.outbox)
+	q.parkedKeys = fmt.Sprintf(`SELECT ordering_key, MIN(id) FROM %s WHERE lane = ? AND ordering_key IS NOT NULL GROUP BY ordering_key`, n.outbox)
 	// Lease expiries are set and compared on the server's clock (dbNow), never on a
 	// caller's: forwarders whose clocks disagree still agree on who holds a lane.
 	q.leaseShare = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > %s LOCK IN SHARE MODE`, n.lanes, dbNow)
-	q.setClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE id IN (`, n.outbox)
+	q.setClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE lane = ? AND id IN (`, n.outbox)
 
 	q.leaseLive = fmt.Sprintf(` AND EXISTS (SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > %s)`, n.lanes, dbNow)
 
@@ -97,45 +130,46 @@ func newQueries(n names) *queries {
 	// READ locks every row it reads until the commit, rows of other claims and fresh
 	// pending rows among them, which concurrent SKIP LOCKED claims then pass over
 	// (TestExplainWritesByIDs). DELETE takes index hints in its multi-table form.
-	q.renewUpdate = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET claim_expires_at = GREATEST(claim_expires_at, CAST(? AS DATETIME(6))) WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
-	q.renewCount = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
-	q.release = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET claim_token = NULL, claim_expires_at = NULL WHERE claim_token = ? AND claim_expires_at > ?`, n.outbox)
-	q.complete = fmt.Sprintf(`DELETE o FROM %s AS o FORCE INDEX (PRIMARY) WHERE o.claim_token = ? AND o.claim_expires_at > ?`, n.outbox)
+	q.renewUpdate = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET claim_expires_at = GREATEST(claim_expires_at, CAST(? AS DATETIME(6))) WHERE lane = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.renewCount = fmt.Sprintf(`SELECT COUNT(*) FROM %s FORCE INDEX (PRIMARY) WHERE lane = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.release = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET claim_token = NULL, claim_expires_at = NULL WHERE lane = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
+	q.complete = fmt.Sprintf(`DELETE o FROM %s AS o FORCE INDEX (PRIMARY) WHERE o.lane = ? AND o.claim_token = ? AND o.claim_expires_at > ?`, n.outbox)
 	q.completeLane = fmt.Sprintf(`DELETE o FROM %s AS o FORCE INDEX (PRIMARY) WHERE o.lane = ? AND o.status = 'pending'`, n.outbox)
 
 	q.count = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE %s`, n.outbox, eligibleWhere)
 	q.statsLanes = fmt.Sprintf(`SELECT lane, COUNT(*), CAST(MIN(deliver_at) AS CHAR) FROM %s WHERE %s GROUP BY lane ORDER BY lane`,
 		n.outbox, eligibleWhere)
-	q.statsParked = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE status = 'parked'`, n.outbox)
-	// Each MAX reads one end of ix_status_lane ("Select tables optimized away").
-	// MIN over (status, lane) with a range on lane is one index dive ("Select tables
-	// optimized away"); PendingLanes walks the lanes with it.
-	q.nextPendingLane = fmt.Sprintf(`SELECT MIN(lane) FROM %s WHERE status = 'pending' AND lane > ?`, n.outbox)
-	q.maxLane = fmt.Sprintf(`SELECT COALESCE(GREATEST(COALESCE((SELECT MAX(lane) FROM %[1]s WHERE status = 'pending'), -1), `+
-		`COALESCE((SELECT MAX(lane) FROM %[1]s WHERE status = 'parked'), -1)), -1)`, n.outbox)
+	q.statsParked = fmt.Sprintf(`SELECT COUNT(*) FROM %s WHERE lane < -1`, n.outbox)
+	// MAX and MIN of the key's first column, and MIN with a range on it, are one dive
+	// each ("Select tables optimized away"): the greatest pending lane, the least
+	// parked value (the greatest parked lane), and PendingLanes' walk (every row above
+	// lane -1 is pending). statsParked counts the parked range alone.
+	q.nextPendingLane = fmt.Sprintf(`SELECT MIN(lane) FROM %s WHERE lane > ?`, n.outbox)
+	q.maxLane = fmt.Sprintf(`SELECT COALESCE(MAX(lane), -1), COALESCE(MIN(lane), -1) FROM %s`, n.outbox)
 
-	q.park = fmt.Sprintf(`UPDATE %s SET status = 'parked', last_error = ?, claim_token = NULL, claim_expires_at = NULL `+
-		`WHERE id = ? AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`, n.outbox)
+	q.park = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET status = 'parked', lane = -3 - lane, last_error = ?, claim_token = NULL, claim_expires_at = NULL `+
+		`WHERE lane IN (%s) AND id = ? AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`, n.outbox, laneList(lanes))
 
 	// The retry instant is NULL to keep deliver_at; attempts always changes, so affected
 	// rows is exact whatever clientFoundRows says.
 	q.fail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
-		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) `+
-		`WHERE id = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
+		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+
+		`WHERE lane = ? AND id = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
 	q.failLane = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
-		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) `+
-		`WHERE id = ? AND lane = ? AND status = 'pending'`, n.outbox)
-	q.lockedDelete = fmt.Sprintf(`DELETE FROM %s WHERE id IN (`, n.outbox)
+		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+
+		`WHERE lane = ? AND id = ? AND status = 'pending'`, n.outbox)
+	q.lockedClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE lane = -1 AND id IN (`, n.outbox)
+	q.lockedDelete = fmt.Sprintf(`DELETE FROM %s WHERE lane = -1 AND id IN (`, n.outbox)
 	q.lockedFail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, `+
-		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), status = IF(? = 1, 'parked', status) WHERE id = ?`, n.outbox)
-	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'`, n.outbox)
-	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE status = 'parked'`, n.outbox)
+		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+`WHERE lane = -1 AND id = ?`, n.outbox)
+	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', lane = -3 - lane, deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE lane < -1 AND status = 'parked'`, n.outbox)
+	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE lane < -1 AND status = 'parked'`, n.outbox)
 	for cols := range q.insert {
 		q.insert[cols] = insertHead(n.outbox, cols)
 	}
 
-	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
-	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
+	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
+	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 
 	// One autocommit upsert, so that no lock on the lease row outlives the statement (a
 	// transaction driven by a client that is paused would hold it and block every

@@ -12,11 +12,11 @@ import (
 
 // recordColumns is the select list of a whole row, in the order rowScanner reads it.
 // Instants are cast to text so that the DSN's parseTime and loc cannot change them.
-// Columns that usually hold their default (transport empty, deliver_at = created_at,
-// status 'pending') are read as NULL when they do, and the scanner restores the
+// Columns that usually hold their default (lane -1 for unordered rows, transport empty,
+// deliver_at = created_at, status 'pending') are read as NULL when they do, and the scanner restores the
 // default: the driver boxes every non-NULL text value into an interface (one allocation
 // per column and row), and a NULL costs nothing.
-const recordColumns = `id, message_uuid, lane, ordering_key, NULLIF(transport, ''), destination, message_type, ` +
+const recordColumns = `id, message_uuid, NULLIF(lane, -1), ordering_key, NULLIF(transport, ''), destination, message_type, ` +
 	`headers, body, tenant_id, CAST(created_at AS CHAR), CAST(NULLIF(deliver_at, created_at) AS CHAR), attempts, ` +
 	`last_error, NULLIF(status, 'pending'), claim_token, CAST(claim_expires_at AS CHAR)`
 
@@ -90,7 +90,7 @@ func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 		if err != nil {
 			return fmt.Errorf("mysql: row %s: lane: %w", r.ID, err)
 		}
-		r.Lane = int(lane)
+		r.Lane = laneOf(int(lane)) // a parked row's stored lane is parkedLane(lane)
 	}
 	setString(&r.OrderingKey, raw[colOrderingKey])
 	setString(&r.Transport, raw[colTransport])

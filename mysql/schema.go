@@ -1,6 +1,8 @@
 package mysql
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -113,20 +115,22 @@ func CreateScript(opts outbox.Options) (string, error) {
 // createStatements is the DDL, one statement per element (CreateSchema runs them one by
 // one, so the DSN needs no multiStatements).
 func createStatements(n names) []string {
-	// Indexes, both ending in id (InnoDB appends the primary key anyway):
-	//  - ix_status_lane (status, lane, id) serves the head of one lane (status='pending'
-	//    AND lane=? ORDER BY id) and the unordered due read (status='pending' AND lane IS
-	//    NULL ORDER BY id, due and claim tests filtered on the way), parked listings
-	//    (status='parked'), and MAX(lane) per status. MySQL has no partial indexes, so
-	//    status leads: the few parked rows never sit among the pending ones.
-	// No index on claim_token: token claims are renewed, completed and released by id
-	// (a Renew or Release by token alone scans the table), and every insert would pay
-	// for it. deliver_at defaults to created_at, so an INSERT of rows due at once
-	// leaves it out (see Insert).
+	// The primary key (lane, id) is the table's only index, and InnoDB keeps the rows in
+	// its order: every insert pays for one B-tree and nothing else (a secondary index
+	// cost each 1,000-row transaction 10-15 % of its rate, benchmarks/README.md). It
+	// serves the head of one lane (lane = ? ORDER BY id) and the unordered due read
+	// (lane = -1, due and claim tests filtered on the way) as range reads of the rows
+	// themselves. Unordered rows hold lane -1 (no NULL in a primary key); a parked row
+	// holds -3 - lane (parkedLane), below -1, so parked rows sit apart from the pending
+	// ones: listings, counts and MAX(lane) read their own range. Every write names the
+	// lane of its rows (the store contract passes it), or, for Park by id alone, every
+	// lane as one point each. No index on claim_token: token claims are renewed,
+	// completed and released within their lane. deliver_at defaults to created_at, so
+	// an INSERT of rows due at once leaves it out (see Insert).
 	outboxTable := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
     id               BINARY(16)      NOT NULL,
     message_uuid     VARCHAR(%[3]d)    NOT NULL DEFAULT '',
-    lane             INT             NULL,
+    lane             INT             NOT NULL DEFAULT -1,
     ordering_key     VARBINARY(%[4]d) NULL,
     transport        VARCHAR(%[5]d)    NOT NULL DEFAULT '',
     destination      VARCHAR(%[6]d)   NOT NULL,
@@ -141,13 +145,11 @@ func createStatements(n names) []string {
     status           VARCHAR(16)     NOT NULL DEFAULT 'pending',
     claim_token      BINARY(16)      NULL,
     claim_expires_at DATETIME(6)     NULL,
-    PRIMARY KEY (id),
-    KEY ix_status_lane (status, lane, id),
+    PRIMARY KEY (lane, id),
     CHECK (id <> %[2]s),
-    CHECK (lane >= 0),
     CHECK (LENGTH(headers) >= 8),
     CHECK (attempts >= 0),
-    CHECK (status IN ('pending', 'parked')),
+    CHECK ((status = 'pending' AND lane >= -1) OR (status = 'parked' AND lane < -1)),
     CHECK ((claim_token IS NULL AND claim_expires_at IS NULL)
         OR (claim_token IS NOT NULL AND claim_expires_at IS NOT NULL AND claim_token <> %[2]s))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
@@ -207,4 +209,43 @@ func validUTF8Max(s string, max int) bool {
 		return utf8.ValidString(s)
 	}
 	return utf8.ValidString(s) && utf8.RuneCountInString(s) <= max
+}
+
+// laneKeyDoc is where the migration of a table created before the primary key (lane,
+// id) is written out.
+const laneKeyDoc = "docs/operations.md#mysql-the-primary-key-lane-id"
+
+// checkLaneKey verifies once per Store that the rows table is keyed by (lane, id): a
+// table of the earlier schema (primary key id, lane NULL for unordered rows) would take
+// no unordered insert (its CHECK refuses lane -1) and show none of its unordered rows to
+// the reads, so every Insert and the forwarder's startup check (MaxLane) fail instead
+// with an error wrapping outbox.ErrSchemaOutdated. A table that does not exist is left
+// to the statement that needs it.
+func (s *Store) checkLaneKey(ctx context.Context, q queryRower) error {
+	if s.laneKeyOK.Load() {
+		return nil
+	}
+	const query = `SELECT COUNT(*), COALESCE(SUM(INDEX_NAME = 'PRIMARY' AND SEQ_IN_INDEX = 1 AND COLUMN_NAME = 'lane'), 0) ` +
+		`FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`
+	var schema any
+	if s.opts.Schema != "" {
+		schema = s.opts.Schema
+	}
+	var indexed, laneFirst int64
+	if err := q.QueryRowContext(ctx, query, schema, s.opts.OutboxTable()).Scan(&indexed, &laneFirst); err != nil {
+		return fmt.Errorf("check the primary key: %w", err)
+	}
+	if indexed > 0 && laneFirst == 0 {
+		return fmt.Errorf("%w: table %s is keyed by id (the schema before 2026-12-07); this version keys it by (lane, id): migrate it as %s says",
+			outbox.ErrSchemaOutdated, s.q.outboxName, laneKeyDoc)
+	}
+	if indexed > 0 {
+		s.laneKeyOK.Store(true)
+	}
+	return nil
+}
+
+// queryRower is *sql.DB or *sql.Tx.
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }

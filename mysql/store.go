@@ -34,6 +34,8 @@ type Store struct {
 
 	batches lockedbatch.Dialect // LockBatch's batches
 
+	// laneKeyOK is set once the rows table was found keyed by (lane, id) (checkLaneKey).
+	laneKeyOK atomic.Bool
 	// maxPacket caches the server's max_allowed_packet (0 until first read).
 	maxPacket atomic.Int64
 	// stmts holds the prepared INSERTs of full row groups.
@@ -60,7 +62,7 @@ func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := newQueries(newNames(opts))
+	q := newQueries(newNames(opts), opts.Lanes)
 	s := &Store{db: db, opts: opts, q: q}
 	s.batches = lockedbatch.Dialect{Name: "mysql", Wrap: wrapErr, Finish: s.finishBatch, Retry: retryDeadlocks}
 	s.stmts = newInsertStmts(db, func(cols int) string { return preparedInsert(q.insert[cols], cols) })
@@ -274,7 +276,7 @@ func (s *Store) setClaim(ctx context.Context, tx *sql.Tx, c outbox.ClaimParams, 
 		b = appendHex(b, out[i].ID[:])
 	}
 	b = append(b, ')')
-	if _, err := execB(ctx, tx, string(b), c.Token[:], until); err != nil {
+	if _, err := execB(ctx, tx, string(b), c.Token[:], until, int64(out[0].Lane)); err != nil {
 		return err
 	}
 	exp := c.Until.UTC().Truncate(time.Microsecond)
@@ -435,7 +437,7 @@ func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after out
 
 // parkedKeys returns, per ordering key of lane, its smallest parked id.
 func (s *Store) parkedKeys(ctx context.Context, tx execQuerier, lane int) (map[string]outbox.ID, error) {
-	rows, err := queryB(ctx, tx, s.q.parkedKeys, int64(lane))
+	rows, err := queryB(ctx, tx, s.q.parkedKeys, int64(parkedLane(lane)))
 	if err != nil {
 		return nil, err
 	}
@@ -515,10 +517,10 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 				return err
 			}
 		}
-		if _, err := execB(ctx, tx, update, until, r.Token[:], now); err != nil {
+		if _, err := execB(ctx, tx, update, until, int64(r.Lane), r.Token[:], now); err != nil {
 			return err
 		}
-		return queryRowB(ctx, tx, count, r.Token[:], now).Scan(&found)
+		return queryRowB(ctx, tx, count, int64(r.Lane), r.Token[:], now).Scan(&found)
 	})
 	if err != nil {
 		return 0, wrapErr("renew", err)
@@ -540,7 +542,7 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 		return 0, ctx.Err()
 	}
 	b := make([]byte, 0, len(s.q.complete)+len(s.q.leaseLive)+len(c.IDs)*36+16)
-	args := []any{c.Token[:], now}
+	args := []any{int64(c.Lane), c.Token[:], now}
 	if laneRun {
 		b, args = append(b, s.q.completeLane...), []any{int64(c.Lane)}
 	} else {
@@ -578,7 +580,7 @@ func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error
 		b = appendIDList(b, r.IDs)
 		b = append(b, ')')
 	}
-	args := []any{r.Token[:], now}
+	args := []any{int64(r.Lane), r.Token[:], now}
 	b, args = s.fence(b, args, r.Lane, r.Lease)
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
@@ -613,9 +615,9 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	if f.Park {
 		park = 1
 	}
-	q, args := []byte(s.q.fail), []any{errorText(f.Error), retry, park, f.ID[:], f.Token[:], now}
+	q, args := []byte(s.q.fail), []any{errorText(f.Error), retry, park, park, int64(f.Lane), f.ID[:], f.Token[:], now}
 	if headRow {
-		q, args = []byte(s.q.failLane), []any{errorText(f.Error), retry, park, f.ID[:], int64(f.Lane)}
+		q, args = []byte(s.q.failLane), []any{errorText(f.Error), retry, park, park, int64(f.Lane), f.ID[:]}
 	}
 	q, args = s.fence(q, args, f.Lane, f.Lease)
 	// attempts always changes, so affected rows is exact whatever clientFoundRows says.
@@ -711,14 +713,14 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 
 // MaxLane returns the greatest lane in the table, or outbox.Unordered.
 func (s *Store) MaxLane(ctx context.Context) (int, error) {
-	var n int64
-	if err := queryRowB(ctx, s.db, s.q.maxLane).Scan(&n); err != nil {
+	if err := s.checkLaneKey(ctx, s.db); err != nil {
 		return 0, wrapErr("max lane", err)
 	}
-	if n < 0 {
-		return outbox.Unordered, nil
+	var hi, lo int64 // the greatest and least stored lane values
+	if err := queryRowB(ctx, s.db, s.q.maxLane).Scan(&hi, &lo); err != nil {
+		return 0, wrapErr("max lane", err)
 	}
-	return int(n), nil
+	return max(laneOf(int(hi)), laneOf(int(lo)), outbox.Unordered), nil
 }
 
 // PendingLanes walks the lanes below Options.Lanes holding pending rows, one index dive per lane found.

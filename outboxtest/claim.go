@@ -137,15 +137,19 @@ func testClaimRace(t *testing.T, h Harness) {
 	t.Logf("rows per claimer %v, %d retryable errors retried", per, retries)
 }
 
-// lockRow holds a row lock on id in an open transaction (an UPDATE that changes
+// lockRow holds a row lock on r in an open transaction (an UPDATE that changes
 // nothing, which locks in every engine) until the returned function is called.
-func (e *env) lockRow(id outbox.ID) func() {
+func (e *env) lockRow(r outbox.Record) func() {
 	e.t.Helper()
 	tx, err := e.h.DB.BeginTx(e.ctx, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := tx.ExecContext(e.ctx, "UPDATE "+e.outboxTable()+" SET attempts = attempts WHERE id = "+e.h.Placeholder(1), id[:]); err != nil {
+	where := "id = " + e.h.Placeholder(1)
+	if e.h.RowWhere != nil {
+		where = e.h.RowWhere(r.Lane)
+	}
+	if _, err := tx.ExecContext(e.ctx, "UPDATE "+e.outboxTable()+" SET attempts = attempts WHERE "+where, r.ID[:]); err != nil {
 		_ = tx.Rollback()
 		e.t.Fatalf("lock row: %v", err)
 	}
@@ -160,7 +164,7 @@ func testClaimSkipsLocked(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	r1, r2, r3 := NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0))
 	e.insert(r1, r2, r3)
-	release := e.lockRow(r1.ID)
+	release := e.lockRow(r1)
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	got, err := e.store.Claim(ctx, outbox.ClaimParams{Lane: outbox.Unordered, Limit: 10, Now: at(0), Until: at(time.Minute), Token: outbox.NewToken()}, nil)

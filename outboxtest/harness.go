@@ -27,6 +27,11 @@ type Harness struct {
 	// table name of opts: one of opts.TableNames(), or opts.TablePrefix+"business" (a
 	// table the suite creates itself).
 	QualifiedTable func(opts outbox.Options, table string) string
+	// RowWhere returns the predicate by which the suite's own statements find the row
+	// id of lane (outbox.Unordered included) when they lock it: the id is placeholder
+	// 1. nil means "id = <placeholder 1>". A dialect whose rows table is keyed by (lane,
+	// id) names the lane too, so that the statement locks that row alone.
+	RowWhere func(lane int) string
 	// DropTables removes the tables of opts (cleanup); nil means DROP TABLE IF EXISTS of
 	// opts.TableNames() through QualifiedTable.
 	DropTables func(db *sql.DB, opts outbox.Options) error

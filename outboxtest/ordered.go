@@ -174,7 +174,7 @@ func testLockedHead(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	recs := e.laneRows(2, 3)
 	lease := e.acquire(2)
-	release := e.lockRow(recs[0].ID)
+	release := e.lockRow(recs[0])
 	go func() {
 		time.Sleep(2 * time.Second)
 		release()

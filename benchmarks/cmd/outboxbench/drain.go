@@ -254,8 +254,8 @@ func drainRaw(ctx context.Context, e *engine, n int, limit time.Duration) (float
 // delete (fanout 1: one message after another); rows/s.
 func rawLoop(ctx context.Context, e *engine, t *outboxTable, pub message.Publisher, fanout, n int, limit time.Duration) (float64, error) {
 	sel := fmt.Sprintf(`SELECT id, message_uuid, destination, headers, body FROM %s
-WHERE status = 'pending' AND lane IS NULL AND deliver_at <= %s AND (claim_expires_at IS NULL OR claim_expires_at <= %s)
-ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`, t.name(), e.ph(1), e.ph(2))
+WHERE status = 'pending' AND %s AND deliver_at <= %s AND (claim_expires_at IS NULL OR claim_expires_at <= %s)
+ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`, t.name(), e.unorderedWhere(), e.ph(1), e.ph(2))
 	var deleted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -343,7 +343,11 @@ func rawBatch(ctx context.Context, e *engine, t *outboxTable, sel string, pub me
 		return 0, err
 	}
 	var b strings.Builder
-	b.WriteString("DELETE FROM " + t.name() + " WHERE id IN (")
+	b.WriteString("DELETE FROM " + t.name() + " WHERE ")
+	if e.name == "mysql" {
+		b.WriteString("lane = -1 AND ")
+	}
+	b.WriteString("id IN (")
 	for i := range ids {
 		if i > 0 {
 			b.WriteByte(',')

@@ -118,6 +118,23 @@ func (e *engine) ph(i int) string {
 	return "$" + strconv.Itoa(i)
 }
 
+// unorderedLane is the lane value of an unordered row in our table: -1 on MySQL, whose
+// primary key (lane, id) holds no NULL, NULL elsewhere; unorderedWhere selects such rows,
+// and names the lane in the hand-written loop's delete on MySQL (a lookup by key).
+func (e *engine) unorderedLane() any {
+	if e.name == "mysql" {
+		return -1
+	}
+	return nil
+}
+
+func (e *engine) unorderedWhere() string {
+	if e.name == "mysql" {
+		return "lane = -1"
+	}
+	return "lane IS NULL"
+}
+
 // retryable reports a deadlock or serialization failure worth retrying.
 func (e *engine) retryable(err error) bool {
 	s := err.Error()

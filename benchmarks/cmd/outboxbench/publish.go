@@ -216,7 +216,7 @@ func (p *publishPath) rawInsert(ctx context.Context, msgs []*message.Message) er
 	args := make([]any, 0, cols*len(msgs))
 	for _, m := range msgs {
 		id := outbox.NewID()
-		args = append(args, id[:], m.UUID, nil, destination, headercodec.EncodeMetadata(nil, m.Metadata), []byte(m.Payload), now, now)
+		args = append(args, id[:], m.UUID, p.e.unorderedLane(), destination, headercodec.EncodeMetadata(nil, m.Metadata), []byte(m.Payload), now, now)
 	}
 	return p.businessTx(ctx, q, args)
 }
