@@ -135,14 +135,10 @@ type varRunner struct {
 func (r *varRunner) name() string { return r.v.name }
 
 func (r *varRunner) tx(ctx context.Context, n int) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO ws_orders (customer, amount) VALUES (?, ?)", "c-42", 1999); err != nil {
-		return err
-	}
+	return businessTx(ctx, r.db, func(tx *sql.Tx) error { return r.insert(ctx, tx, n) })
+}
+
+func (r *varRunner) insert(ctx context.Context, tx *sql.Tx, n int) error {
 	now := time.Now().UTC()
 	ts := now.Format("2006-01-02 15:04:05.000000")
 	args := make([]any, 0, 64*7)
@@ -173,7 +169,7 @@ func (r *varRunner) tx(ctx context.Context, n int) error {
 		}
 		done += k
 	}
-	return tx.Commit()
+	return nil
 }
 
 type storeRunner struct {
@@ -183,23 +179,12 @@ type storeRunner struct {
 
 func (r *storeRunner) name() string { return "ours (mysql.Store.Insert)" }
 func (r *storeRunner) tx(ctx context.Context, n int) error {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO ws_orders (customer, amount) VALUES (?, ?)", "c-42", 1999); err != nil {
-		return err
-	}
 	now := time.Now().UTC()
 	recs := make([]outbox.Record, n)
 	for i := range recs {
 		recs[i] = outbox.Record{ID: outbox.NewID(), MessageUUID: watermill.NewUUID(), Lane: outbox.Unordered, Destination: "orders", Headers: headers, Body: body, CreatedAt: now}
 	}
-	if err := r.s.Insert(ctx, tx, recs); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return businessTx(ctx, r.db, func(tx *sql.Tx) error { return r.s.Insert(ctx, tx, recs) })
 }
 
 type minimalRunner struct {
@@ -212,7 +197,20 @@ func (r *minimalRunner) tx(ctx context.Context, n int) error {
 	if r.q == "" {
 		r.q = stmtText("ws_minimal", []string{"id", "topic", "payload", "metadata"}, n)
 	}
-	tx, err := r.db.BeginTx(ctx, nil)
+	args := make([]any, 0, 4*n)
+	for range n {
+		id := outbox.NewID()
+		args = append(args, id[:], "orders", body, headers)
+	}
+	return businessTx(ctx, r.db, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, r.q, args...)
+		return err
+	})
+}
+
+// businessTx runs one business INSERT and then fn in one transaction, and commits.
+func businessTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -220,21 +218,16 @@ func (r *minimalRunner) tx(ctx context.Context, n int) error {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO ws_orders (customer, amount) VALUES (?, ?)", "c-42", 1999); err != nil {
 		return err
 	}
-	args := make([]any, 0, 4*n)
-	for range n {
-		id := outbox.NewID()
-		args = append(args, id[:], "orders", body, headers)
-	}
-	if _, err := tx.ExecContext(ctx, r.q, args...); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
 func main() {
-	dsn := flag.String("dsn", "root@tcp(127.0.0.1:3306)/test", "")
-	rounds := flag.Int("rounds", 40, "")
-	nrows = flag.Int("n", 1000, "")
+	dsn := flag.String("dsn", "root@tcp(127.0.0.1:3306)/test", "MariaDB/MySQL DSN")
+	rounds := flag.Int("rounds", 40, "transactions per shape (after 3 untimed rounds)")
+	nrows = flag.Int("n", 1000, "rows per transaction")
 	only := flag.String("only", "", "semicolon-separated shape names (default: all)")
 	flag.Parse()
 	ctx := context.Background()
