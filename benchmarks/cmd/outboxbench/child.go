@@ -25,6 +25,9 @@ import (
 // the database, the table prefix and the row count in the environment and stops the
 // child by closing its stdin.
 func runChild(role string) int {
+	if role == roleDatabase {
+		return runDatabaseProcess()
+	}
 	e, err := openEngine(os.Getenv(childDBEnv), os.Getenv(childDSNEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)

@@ -25,6 +25,10 @@
 // this process and in the database server's processes on this machine (read from
 // /proc, Linux only; the fill is not counted).
 //
+// Each database's sections run in a process of their own (this binary re-executed),
+// and each section on a new connection pool: a section never measures what the one
+// before it left in the process or in the server's connections.
+//
 // Services come from flags, defaulting to the OUTBOX_TEST_* variables the tests use,
 // then to this machine's local servers. The process re-executes itself for the
 // out-of-process measurements (a polling forwarder, the memory drain).

@@ -133,7 +133,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.memoryRuns = 1
 		cfg.memoryLimit = 3 * time.Minute
 	}
-	if *cpuProfile != "" {
+	// Several databases: each runs in a process of its own (dbprocess.go).
+	separate := len(cfg.dbs) > 1 && !inDatabaseProcess()
+	if *cpuProfile != "" && !separate {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
 			fmt.Fprintf(stderr, "outboxbench: %v\n", err)
@@ -161,16 +163,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	start := time.Now()
-	fmt.Fprintf(stdout, "# outboxbench %s\n\n", start.UTC().Format(time.RFC3339))
-	mode := "full"
-	if cfg.short {
-		mode = "short"
+	if !inDatabaseProcess() {
+		fmt.Fprintf(stdout, "# outboxbench %s\n\n", start.UTC().Format(time.RFC3339))
+		mode := "full"
+		if cfg.short {
+			mode = "short"
+		}
+		fmt.Fprintf(stdout, "mode %s, %d run(s) per figure; %s, GOMAXPROCS %d, %d CPUs, %s RAM\n",
+			mode, cfg.runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), memTotal())
 	}
-	fmt.Fprintf(stdout, "mode %s, %d run(s) per figure; %s, GOMAXPROCS %d, %d CPUs, %s RAM\n",
-		mode, cfg.runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), memTotal())
 
 	failed := false
 	for _, name := range cfg.dbs {
+		if separate {
+			if ctx.Err() == nil && runInProcess(ctx, name, args, *cpuProfile, stdout, stderr) {
+				failed = true
+			}
+			continue
+		}
 		e, err := openEngine(name, cfg.dsn[name])
 		if err == nil {
 			err = e.checkAutovacuum(ctx)
@@ -181,9 +191,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		fmt.Fprintf(stdout, "\n## %s (%s)\n", name, e.version(ctx))
-		for _, s := range cfg.sections {
+		for i, s := range cfg.sections {
 			if ctx.Err() != nil {
 				break
+			}
+			if i > 0 {
+				if err := e.reopen(); err != nil {
+					fmt.Fprintf(stdout, "\nFAILED: %v\n", err)
+					failed = true
+					break
+				}
 			}
 			t0 := time.Now()
 			sec := runSection(ctx, s, e, cfg)
@@ -195,7 +212,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		e.db.Close()
 	}
-	fmt.Fprintf(stdout, "\ntotal %s\n", time.Since(start).Round(time.Second))
+	if !inDatabaseProcess() {
+		fmt.Fprintf(stdout, "\ntotal %s\n", time.Since(start).Round(time.Second))
+	}
 	if failed || ctx.Err() != nil {
 		return 1
 	}
