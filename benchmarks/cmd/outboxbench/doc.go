@@ -17,7 +17,8 @@
 // Ratios are computed within each repetition from contenders run back to back, then
 // their median is taken.
 //
-// -cpuprofile writes a CPU profile of the whole run; the brokers section runs each
+// -cpuprofile writes a CPU profile of the whole run (with several databases, one per
+// database: <file>.<db>); the brokers section runs each
 // contender under the pprof label "contender" (<broker>/raw, /loop, /ours-token,
 // /ours-locks, /ours-ordered), so that `go tool pprof -tagfocus contender=kafka/loop`
 // shows one contender's share (its fill included; -ignore fillOutbox leaves it out).

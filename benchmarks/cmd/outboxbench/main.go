@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	memoryRuns := fs.Int("memory-runs", 0, "repetitions of the memory section (default 1, or -runs with -short)")
 	brokers := fs.String("brokers", strings.Join(allBrokers, ","), "the brokers section's targets")
 	cpuStats := fs.Bool("cpustats", false, "the brokers section also reports each drain's CPU seconds per 100,000 rows, in this process and in the database server's processes on this machine (Linux /proc)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the brokers section labels each contender: pprof -tagfocus contender=kafka/ours-locks)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file, or with several databases to <file>.<db> each (the brokers section labels each contender: pprof -tagfocus contender=kafka/ours-locks)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
