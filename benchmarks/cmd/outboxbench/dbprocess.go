@@ -45,31 +45,30 @@ func runDatabaseProcess() int {
 // written to profile.<db>. The child prints to stdout and stderr as the harness does;
 // it reports whether the child failed (a section failed, or the child could not run).
 func runInProcess(ctx context.Context, db string, args []string, profile string, stdout, stderr io.Writer) bool {
-	exe, err := os.Executable()
-	if err != nil {
+	err := databaseCommand(ctx, db, args, profile, stdout, stderr)
+	if _, exited := err.(*exec.ExitError); err != nil && !exited { // else the child printed why
 		fmt.Fprintf(stdout, "\n## %s\n\nFAILED: %v\n", db, err)
-		return true
 	}
+	return err != nil
+}
+
+// databaseCommand runs the roleDatabase child of runInProcess until it exits.
+func databaseCommand(ctx context.Context, db string, args []string, profile string, stdout, stderr io.Writer) error {
 	args = append(append([]string(nil), args...), "-db", db) // the last -db wins
 	if profile != "" {
 		args = append(args, "-cpuprofile", profile+"."+db)
 	}
 	encoded, err := json.Marshal(args)
 	if err != nil {
-		fmt.Fprintf(stdout, "\n## %s\n\nFAILED: %v\n", db, err)
-		return true
+		return err
 	}
-	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), childRoleEnv+"="+roleDatabase, dbArgsEnv+"="+string(encoded))
+	cmd, err := selfCommand(ctx, roleDatabase, dbArgsEnv+"="+string(encoded))
+	if err != nil {
+		return err
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Interrupted, the child stops its sections and drops its tables itself.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = time.Minute
-	if err := cmd.Run(); err != nil {
-		if _, exited := err.(*exec.ExitError); !exited {
-			fmt.Fprintf(stdout, "\n## %s\n\nFAILED: %v\n", db, err)
-		}
-		return true
-	}
-	return false
+	return cmd.Run()
 }

@@ -277,17 +277,25 @@ type childProc struct {
 	exited chan struct{}
 }
 
-// startChild runs this executable in role; it stops when its stdin closes.
-func startChild(ctx context.Context, role string, e *engine, prefix string, rows int, limit time.Duration, env ...string) (*childProc, error) {
+// selfCommand is this executable, to run in role with env added to this process's
+// environment.
+func selfCommand(ctx context.Context, role string, env ...string) (*exec.Cmd, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(),
-		childRoleEnv+"="+role, childDBEnv+"="+e.name, childDSNEnv+"="+e.dsn,
-		childPrefixEnv+"="+prefix, childRowsEnv+"="+strconv.Itoa(rows), childLimitEnv+"="+limit.String())
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(append(os.Environ(), childRoleEnv+"="+role), env...)
+	return cmd, nil
+}
+
+// startChild runs this executable in role; it stops when its stdin closes.
+func startChild(ctx context.Context, role string, e *engine, prefix string, rows int, limit time.Duration, env ...string) (*childProc, error) {
+	cmd, err := selfCommand(ctx, role, append([]string{childDBEnv + "=" + e.name, childDSNEnv + "=" + e.dsn,
+		childPrefixEnv + "=" + prefix, childRowsEnv + "=" + strconv.Itoa(rows), childLimitEnv + "=" + limit.String()}, env...)...)
+	if err != nil {
+		return nil, err
+	}
 	c := &childProc{cmd: cmd, lines: make(chan string, 1024), exited: make(chan struct{})}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err

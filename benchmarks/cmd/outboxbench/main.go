@@ -181,36 +181,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
-		e, err := openEngine(name, cfg.dsn[name])
-		if err == nil {
-			err = e.checkAutovacuum(ctx)
-		}
-		if err != nil {
-			fmt.Fprintf(stdout, "\n## %s\n\nFAILED: %v\n", name, err)
+		if !runDatabase(ctx, name, cfg, stdout, stderr) {
 			failed = true
-			continue
 		}
-		fmt.Fprintf(stdout, "\n## %s (%s)\n", name, e.version(ctx))
-		for i, s := range cfg.sections {
-			if ctx.Err() != nil {
-				break
-			}
-			if i > 0 {
-				if err := e.reopen(); err != nil {
-					fmt.Fprintf(stdout, "\nFAILED: %v\n", err)
-					failed = true
-					break
-				}
-			}
-			t0 := time.Now()
-			sec := runSection(ctx, s, e, cfg)
-			sec.print(stdout)
-			fmt.Fprintf(stderr, "outboxbench: %s/%s took %s\n", name, s, time.Since(t0).Round(time.Second))
-			if sec.failure != nil {
-				failed = true
-			}
-		}
-		e.db.Close()
 	}
 	if !inDatabaseProcess() {
 		fmt.Fprintf(stdout, "\ntotal %s\n", time.Since(start).Round(time.Second))
@@ -219,6 +192,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// runDatabase runs the sections of cfg on the database name in this process, each on
+// a new pool; it reports whether every section succeeded.
+func runDatabase(ctx context.Context, name string, cfg config, stdout, stderr io.Writer) bool {
+	e, err := openEngine(name, cfg.dsn[name])
+	if err == nil {
+		err = e.checkAutovacuum(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(stdout, "\n## %s\n\nFAILED: %v\n", name, err)
+		return false
+	}
+	defer func() { e.db.Close() }() // reopen replaces e.db
+	fmt.Fprintf(stdout, "\n## %s (%s)\n", name, e.version(ctx))
+	ok := true
+	for i, s := range cfg.sections {
+		if ctx.Err() != nil {
+			break
+		}
+		if i > 0 {
+			if err := e.reopen(); err != nil {
+				fmt.Fprintf(stdout, "\nFAILED: %v\n", err)
+				return false
+			}
+		}
+		t0 := time.Now()
+		sec := runSection(ctx, s, e, cfg)
+		sec.print(stdout)
+		fmt.Fprintf(stderr, "outboxbench: %s/%s took %s\n", name, s, time.Since(t0).Round(time.Second))
+		if sec.failure != nil {
+			ok = false
+		}
+	}
+	return ok
 }
 
 // listFlag splits a comma-separated flag value into the names it lists, each one of
