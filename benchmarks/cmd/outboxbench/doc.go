@@ -18,10 +18,10 @@
 // their median is taken.
 //
 // -cpuprofile writes a CPU profile of the whole run (with several databases, one per
-// database: <file>.<db>); the brokers section runs each
-// contender under the pprof label "contender" (<broker>/raw, /loop, /ours-token,
-// /ours-locks, /ours-ordered), so that `go tool pprof -tagfocus contender=kafka/loop`
-// shows one contender's share (its fill included; -ignore fillOutbox leaves it out).
+// database: <file>.<db>); the brokers section runs each contender under the pprof
+// label "contender" (<broker>/raw, /loop, /ours-token, /ours-locks, /ours-ordered), so
+// that `go tool pprof -tagfocus contender=kafka/loop` shows one contender's share (its
+// fill included; -ignore fillOutbox leaves it out).
 // -cpustats adds, to the brokers section, each drain's CPU seconds per 100,000 rows in
 // this process and in the database server's processes on this machine (read from
 // /proc, Linux only; the fill is not counted).

@@ -57,7 +57,6 @@ func (e *engine) reopen() error {
 
 // open opens e's pool and waits until the server answers.
 func (e *engine) open() error {
-	name := e.name
 	db, err := sql.Open(e.driver, e.dsn)
 	if err != nil {
 		return err
@@ -85,7 +84,7 @@ func (e *engine) open() error {
 		}
 		if time.Now().After(deadline) {
 			db.Close()
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", e.name, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
