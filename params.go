@@ -71,6 +71,9 @@ func (r RenewParams) Validate(lanes int) error { return checkLane("renew", r.Lan
 // Validate checks c for Store.Complete over a table of lanes lanes. A zero or stale
 // token is not an error: it deletes nothing.
 func (c CompleteParams) Validate(lanes int) error {
+	if c.Seqs != nil && len(c.Seqs) != len(c.IDs) {
+		return invalidArgument("complete", "Seqs names %d rows and IDs %d; give one Seq per ID, or none", len(c.Seqs), len(c.IDs))
+	}
 	return checkLane("complete", c.Lane, lanes, true)
 }
 

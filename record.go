@@ -22,7 +22,13 @@ const (
 // When a store returns records, Headers and Body may share buffers with the slice the
 // caller passed in (see each method); copy them to keep them past the next call.
 type Record struct {
-	ID          ID
+	ID ID
+	// Seq is the row's place in its lane: a number the database assigns when the row is
+	// inserted (at the writer's commit), so that a lane is read in the order its rows
+	// were inserted, whatever the writers' clocks. Stores set it on the rows of a lane
+	// they return (Head, Claim, ListParked); it is 0 on records to insert (ignored) and
+	// on unordered rows. The ID stays the row's identity.
+	Seq         int64
 	MessageUUID string // the Watermill message UUID, restored on republish
 	Lane        int    // Unordered (-1) or 0..Lanes-1
 	OrderingKey string // "" = none (stored as NULL)

@@ -237,6 +237,11 @@ type RenewParams struct {
 type CompleteParams struct {
 	Token Token // the rows' claim; zero for a lane run read with Head (Lane and Lease set)
 	IDs   []ID
+	// Seqs, optional, are the rows' Record.Seq as a read returned them, one per ID in the
+	// same order. A store keyed by lane order (MySQL) finds a lane's rows by them instead
+	// of walking the lane; a row is changed only when its ID matches too. Ignored for
+	// unordered rows.
+	Seqs  []int64
 	Now   time.Time
 	Lane  int   // the rows' lane (Unordered for unordered rows), whose lease must be live (see RenewParams)
 	Lease Token // required when Lane != Unordered
@@ -254,6 +259,7 @@ type ReleaseParams struct {
 // FailParams parameterises Store.Fail.
 type FailParams struct {
 	ID      ID
+	Seq     int64 // optional: the row's Record.Seq as read (see CompleteParams.Seqs)
 	Token   Token // the row's claim; zero for a head row read with Head (Lane and Lease set)
 	Now     time.Time
 	Error   string

@@ -128,7 +128,7 @@ func baselineLoop(tb testing.TB, e chaos.Engine, db *sql.DB, opts outbox.Options
 	// the delete names the lane there too, so that it reads its rows by key.
 	unordered, delWhere := "lane IS NULL", "id IN ("
 	if e.Driver == "mysql" {
-		unordered, delWhere = "lane = -1", "lane = -1 AND id IN ("
+		unordered, delWhere = "lane = -1 AND seq = -1", "lane = -1 AND seq = -1 AND id IN ("
 	}
 	sel := fmt.Sprintf(`SELECT id, message_uuid, destination, headers, body FROM %s
 WHERE status = 'pending' AND %s AND deliver_at <= %s AND (claim_expires_at IS NULL OR claim_expires_at <= %s)

@@ -125,21 +125,21 @@ func (w *laneWorker) takeHead() {
 
 // settle deletes the sent rows of the run (one fenced statement) and records the
 // failures that ended its keys; false when the lane must stop. The lane's next head is
-// the failed row with the smallest id: the lane waits until it is due (not at all when
+// the failed row first in lane order (smallest Seq): the lane waits until it is due (not at all when
 // it was parked: the rows behind it may be due at once).
 func (w *laneWorker) settle(res *runResult) bool {
-	if len(res.sent) > 0 && !w.complete(res.sent) {
+	if len(res.sent) > 0 && !w.complete(res.sent, res.seqs) {
 		return false
 	}
-	var head outbox.ID
+	head := int64(-1)
 	w.notBefore = time.Time{}
 	for i := range res.fails {
 		retryAt, ok := w.fail(&res.fails[i])
 		if !ok {
 			return false
 		}
-		if id := res.fails[i].rec.ID; head.IsZero() || id.Compare(head) < 0 {
-			head, w.notBefore = id, retryAt
+		if seq := res.fails[i].rec.Seq; head < 0 || seq < head {
+			head, w.notBefore = seq, retryAt
 		}
 	}
 	return !res.stop
@@ -147,11 +147,11 @@ func (w *laneWorker) settle(res *runResult) bool {
 
 // complete deletes the sent rows with the lease and counts them; false when the lease
 // is gone (another forwarder owns the lane and sends them again).
-func (w *laneWorker) complete(ids []outbox.ID) bool {
+func (w *laneWorker) complete(ids []outbox.ID, seqs []int64) bool {
 	f := w.f
 	return w.fenced("complete", func(ctx context.Context) (bool, error) {
 		f.laneSem <- struct{}{}
-		n, err := f.store.Complete(ctx, outbox.CompleteParams{IDs: ids, Now: f.now(), Lane: w.lane, Lease: w.h.token})
+		n, err := f.store.Complete(ctx, outbox.CompleteParams{IDs: ids, Seqs: seqs, Now: f.now(), Lane: w.lane, Lease: w.h.token})
 		<-f.laneSem
 		if n > 0 {
 			f.counters[w.lane+1].sent.Add(uint64(n))
@@ -174,7 +174,7 @@ func (w *laneWorker) fail(res *rowFailure) (retryAt time.Time, ok bool) {
 		retryAt = f.now().Add(cfg.backoff(attempts))
 	}
 	ok = w.fenced("fail", func(ctx context.Context) (bool, error) {
-		return f.store.Fail(ctx, outbox.FailParams{ID: rec.ID, Now: f.now(), Error: res.reason, RetryAt: retryAt, Park: park, Lane: w.lane, Lease: w.h.token})
+		return f.store.Fail(ctx, outbox.FailParams{ID: rec.ID, Seq: rec.Seq, Now: f.now(), Error: res.reason, RetryAt: retryAt, Park: park, Lane: w.lane, Lease: w.h.token})
 	})
 	if !ok {
 		return time.Time{}, false

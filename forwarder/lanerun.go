@@ -16,6 +16,7 @@ import (
 // and whether the lane must stop.
 type runResult struct {
 	sent  []outbox.ID
+	seqs  []int64 // the sent rows' Seq, one per id
 	fails []rowFailure
 	stop  bool // the lease is gone, the forwarder is abandoning, or the lane is handed over
 }
@@ -105,11 +106,12 @@ func (w *laneWorker) nextPart() *keyPart {
 // collect gathers the parts' outcomes into the worker's reused runResult.
 func (w *laneWorker) collect(parts []keyPart) *runResult {
 	res := &w.res
-	res.sent, res.fails, res.stop = res.sent[:0], res.fails[:0], false
+	res.sent, res.seqs, res.fails, res.stop = res.sent[:0], res.seqs[:0], res.fails[:0], false
 	for i := range parts {
 		p := &parts[i]
 		for _, r := range p.rows[:p.sent] {
 			res.sent = append(res.sent, w.head[r].ID)
+			res.seqs = append(res.seqs, w.head[r].Seq)
 		}
 		if p.fail != nil {
 			res.fails = append(res.fails, *p.fail)

@@ -20,9 +20,9 @@ func HotStatements(s *Store, lane int, now time.Time, limit int) map[string]stri
 	}
 	var zero outbox.ID
 	return map[string]string{
-		"head of lane":            bind(s.q.readLane, int64(lane), zero[:], at, at, int64(limit)),
+		"head of lane":            bind(s.q.laneRun, int64(lane), int64(0), int64(limit)),
 		"unordered due":           bind(s.q.readUnordered, zero[:], at, at, int64(limit)),
-		"claim head of lane":      bind(s.q.claimLaneLocked, int64(lane), zero[:], int64(limit)),
+		"claim head of lane":      bind(s.q.claimLaneLocked, int64(lane), int64(0), int64(limit)),
 		"claim unordered":         bind(s.q.claimUnordered, zero[:], at, at, int64(limit)),
 		"idle check of lane":      bind(s.q.laneHead, int64(lane)),
 		"idle check of unordered": bind(s.q.anyUnordered, zero[:], at, at),
@@ -56,17 +56,19 @@ func WritesByIDs(s *Store, ids []outbox.ID, token outbox.Token, now time.Time, l
 		panic(err)
 	}
 	list := " AND id IN (" + string(appendIDList(nil, ids)) + ")"
+	unordered := string(appendSeqs([]byte(list), outbox.Unordered, 0, nil))
+	seqs := string(appendSeqs([]byte(list), lane, len(ids), func(i int) int64 { return int64(i + 1) }))
 	return map[string]string{
-		"complete":           bind(s.q.complete+list, int64(outbox.Unordered), token[:], at),
-		"complete lane":      bind(s.q.completeLane+list, int64(lane)),
-		"renew":              bind(s.q.renewUpdate+list, at, int64(outbox.Unordered), token[:], at),
-		"renew count":        bind(s.q.renewCount+list, int64(outbox.Unordered), token[:], at),
-		"release":            bind(s.q.release+list, int64(outbox.Unordered), token[:], at),
-		"locked batch done":  pinnedIDList(s.q.lockedDelete, ids),
+		"complete":           bind(s.q.complete+unordered, int64(outbox.Unordered), token[:], at),
+		"complete lane":      bind(s.q.completeLane+seqs, int64(lane)),
+		"renew":              bind(s.q.renewUpdate+unordered, at, int64(outbox.Unordered), token[:], at),
+		"renew count":        bind(s.q.renewCount+unordered, int64(outbox.Unordered), token[:], at),
+		"release":            bind(s.q.release+unordered, int64(outbox.Unordered), token[:], at),
+		"locked batch done":  forcedIDList(s.q.lockedDelete, ids),
 		"locked batch claim": bind(pinnedIDList(s.q.lockedClaim, ids), token[:], at),
 		"park by id alone":   bind(s.q.park, "reason", ids[0][:], at),
-		"fail":               bind(s.q.fail, "e", []byte(nil), int64(1), int64(1), int64(outbox.Unordered), ids[0][:], token[:], at),
-		"fail head row":      bind(s.q.failLane, "e", []byte(nil), int64(0), int64(0), int64(lane), ids[0][:]),
+		"fail":               bind(string(appendSeqs([]byte(s.q.fail), outbox.Unordered, 0, nil)), "e", []byte(nil), int64(1), int64(1), int64(outbox.Unordered), ids[0][:], token[:], at),
+		"fail head row":      bind(string(appendSeqs([]byte(s.q.failLane), lane, 1, func(int) int64 { return 1 })), "e", []byte(nil), int64(0), int64(0), int64(lane), ids[0][:]),
 		"locked batch fail":  bind(s.q.lockedFail, "e", []byte(nil), int64(0), int64(0), ids[0][:]),
 	}
 }

@@ -49,7 +49,7 @@ func insertHead(table string, cols int) string {
 	for _, c := range [...]struct {
 		bit  int
 		name string
-	}{{inscols.Lane, "lane"}, {inscols.Key, "ordering_key"}, {inscols.Transport, "transport"}, {0, "destination"},
+	}{{inscols.Lane, "lane"}, {0, "seq"}, {inscols.Key, "ordering_key"}, {inscols.Transport, "transport"}, {0, "destination"},
 		{inscols.Type, "message_type"}, {0, "headers"}, {0, "body"}, {inscols.Tenant, "tenant_id"}, {0, "created_at"}, {inscols.Deliver, "deliver_at"}} {
 		if c.bit == 0 || cols&c.bit != 0 {
 			b = append(b, ", "+c.name...)
@@ -233,6 +233,7 @@ func appendRow(b []byte, args []any, r *outbox.Record, cols int, inline bool) ([
 	if cols&inscols.Lane != 0 { // an unordered row among ordered ones: -1, the column's default
 		b = strconv.AppendInt(append(b, ','), int64(r.Lane), 10)
 	}
+	b = append(b, seqValue(r)...)
 	if cols&inscols.Key != 0 {
 		if r.OrderingKey == "" {
 			b = append(b, ",NULL"...)
@@ -273,6 +274,18 @@ func appendRow(b []byte, args []any, r *outbox.Record, cols int, inline bool) ([
 		}
 	}
 	return append(b, "')"...), args
+}
+
+// seqValue is the seq of r in an INSERT (with its leading comma): NULL for a row of a
+// lane, so that AUTO_INCREMENT numbers it as it is inserted (its place in the lane), and
+// -1 for an unordered row, which keeps it out of the lanes' order and in the primary
+// key's (lane -1, seq -1) range, in id order, where the unordered reads and by-id writes
+// find it.
+func seqValue(r *outbox.Record) string {
+	if r.Lane == outbox.Unordered {
+		return ",-1"
+	}
+	return ",NULL"
 }
 
 func appendBytes(b []byte, args []any, v []byte, inline bool) ([]byte, []any) {

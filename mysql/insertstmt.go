@@ -159,7 +159,12 @@ func (c *insertStmts) close() {
 // preparedInsert is the INSERT of preparedRows rows naming the columns of cols, every
 // value a placeholder (in appendArgs' order).
 func preparedInsert(head string, cols int) string {
-	row := "(" + strings.Repeat("?,", placeholdersPerRow(cols)-1) + "?)"
+	// seq follows lane: a placeholder when the rows may hold a lane, else -1 (every row
+	// of the group is unordered; see seqValue).
+	row := "(?,?,-1," + strings.Repeat("?,", placeholdersPerRow(cols)-3) + "?)"
+	if cols&inscols.Lane != 0 {
+		row = "(?,?,?," + strings.Repeat("?,", placeholdersPerRow(cols)-4) + "?)"
+	}
 	var b strings.Builder
 	b.Grow(len(head) + preparedRows*(len(row)+1))
 	b.WriteString(head)
@@ -174,7 +179,13 @@ func preparedInsert(head string, cols int) string {
 
 // placeholdersPerRow counts the columns of insertHead(cols): id, message_uuid,
 // destination, headers, body and created_at, and the optional ones cols names.
-func placeholdersPerRow(cols int) int { return 6 + bits.OnesCount(uint(cols)) }
+// With a lane, seq is one more (a placeholder; without, it is the literal -1).
+func placeholdersPerRow(cols int) int {
+	if cols&inscols.Lane != 0 {
+		return 7 + bits.OnesCount(uint(cols))
+	}
+	return 6 + bits.OnesCount(uint(cols))
+}
 
 // emptyHeadersBytes is emptyHeaders as a value.
 var emptyHeadersBytes = []byte{1, 0, 0, 0, 0, 0, 0, 0}
@@ -206,7 +217,7 @@ func appendArgs(args []any, group []outbox.Record, cols int, times *argTimes) []
 		r := &group[i]
 		args = append(args, r.ID[:], r.MessageUUID)
 		if cols&inscols.Lane != 0 { // an unordered row among ordered ones: -1, the column's default
-			args = append(args, int64(r.Lane))
+			args = append(args, int64(r.Lane), seqArg(r))
 		}
 		if cols&inscols.Key != 0 {
 			args = append(args, nullableBytes(r.OrderingKey))
@@ -239,6 +250,14 @@ func appendArgs(args []any, group []outbox.Record, cols int, times *argTimes) []
 		}
 	}
 	return args
+}
+
+// seqArg is seqValue as a bound value: NULL (numbered by AUTO_INCREMENT) or -1.
+func seqArg(r *outbox.Record) any {
+	if r.Lane == outbox.Unordered {
+		return int64(-1)
+	}
+	return nil
 }
 
 func nullableString(s string) any {

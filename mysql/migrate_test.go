@@ -2,8 +2,10 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,8 +66,9 @@ func TestMigrateFromIDKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateSchema(ctx); err != nil { // the other tables; the rows table exists
-		t.Fatal(err)
+	// The other tables; the rows table exists, and CreateSchema says it is outdated.
+	if err := s.CreateSchema(ctx); !errors.Is(err, outbox.ErrSchemaOutdated) {
+		t.Fatalf("CreateSchema over the table keyed by id: %v; want ErrSchemaOutdated", err)
 	}
 	// Rows as the earlier version wrote them: unordered (lane NULL) and lane 3, each
 	// pending and parked.
@@ -138,6 +141,116 @@ func TestMigrateFromIDKey(t *testing.T) {
 	if l3, err = s.Head(ctx, outbox.HeadQuery{Lane: 3, Limit: 10, Now: later}, nil); err != nil || len(l3) != 2 {
 		t.Fatalf("lane 3 after the requeue: %v, %v; want both rows", ids(l3), err)
 	}
+}
+
+// TestMigrateToSeq: a rows table of the schema before 2026-12-08 (primary key (lane,
+// id), no seq) is refused by CreateSchema, Insert and MaxLane with
+// outbox.ErrSchemaOutdated naming MigrateScript; MigrateScript's statements keep every
+// row, number each lane in id order (its order until then), and rows inserted afterwards
+// follow them in their lane.
+func TestMigrateToSeq(t *testing.T) {
+	db := openDB(t, plainDSN)
+	ctx := t.Context()
+	opts := outbox.Options{TablePrefix: testenv.Prefix(t), Lanes: 8}
+	dropTables(t, db, opts)
+	s, err := mysql.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	table := mysql.QualifiedTable(opts, opts.OutboxTable())
+	for _, st := range []string{"MODIFY seq BIGINT NOT NULL, DROP PRIMARY KEY, ADD PRIMARY KEY (lane, id), DROP KEY ix_seq", "DROP COLUMN seq"} {
+		if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" "+st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rows as the previous version wrote them: lane 3 in id order (two pending, one
+	// parked at -3 - 3), one unordered.
+	ins := "INSERT INTO " + table + " (id, message_uuid, lane, ordering_key, destination, headers, body, created_at, status) VALUES (?, 'u', ?, ?, 't', ?, 'b', ?, ?)"
+	l3 := []outbox.ID{outbox.NewID(), outbox.NewID(), outbox.NewID()}
+	un := outbox.NewID()
+	for i, r := range []struct {
+		id     outbox.ID
+		lane   int
+		status string
+	}{{l3[0], 3, "pending"}, {l3[1], -6, "parked"}, {l3[2], 3, "pending"}, {un, -1, "pending"}} {
+		key := any([]byte("k"))
+		if r.lane == -1 {
+			key = nil
+		}
+		if _, err := db.ExecContext(ctx, ins, r.id[:], r.lane, key, testHeaders, t0.Format("2006-01-02 15:04:05"), r.status); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+	}
+	s, err = mysql.New(db, opts) // a new process: nothing cached
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, err := range map[string]error{
+		"CreateSchema": s.CreateSchema(ctx),
+		"Insert":       insertOne(ctx, db, s, record("k", 8, []byte("new"))),
+		"MaxLane":      func() error { _, err := s.MaxLane(ctx); return err }(),
+	} {
+		if !errors.Is(err, outbox.ErrSchemaOutdated) || !strings.Contains(err.Error(), "MigrateScript") {
+			t.Errorf("%s on the table without seq: %v; want ErrSchemaOutdated naming MigrateScript", what, err)
+		}
+	}
+	script, err := mysql.MigrateScript(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range strings.Split(strings.TrimSpace(script), ";\n") {
+		if _, err := db.ExecContext(ctx, strings.TrimSuffix(st, ";")); err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+	}
+	s, err = mysql.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSchema(ctx); err != nil {
+		t.Fatalf("CreateSchema after the migration: %v", err)
+	}
+	later := t0.Add(time.Hour)
+	if n, err := s.Requeue(ctx, outbox.ParkedFilter{All: true}, later); err != nil || n != 1 {
+		t.Fatalf("Requeue = %d, %v; want 1", n, err)
+	}
+	late := record("k", 8, []byte("late"))
+	late.Lane, late.CreatedAt = 3, t0
+	late.ID = outbox.ID{} // the smallest id of all: still last in its lane
+	late.ID[15] = 1
+	if err := insertOne(ctx, db, s, late); err != nil {
+		t.Fatal(err)
+	}
+	head, err := s.Head(ctx, outbox.HeadQuery{Lane: 3, Limit: 10, Now: later}, nil)
+	want := []outbox.ID{l3[0], l3[1], l3[2], late.ID}
+	if err != nil || !slices.Equal(ids(head), want) {
+		t.Fatalf("lane 3 after the migration: %v, %v; want %v", ids(head), err, want)
+	}
+	for i := 1; i < len(head); i++ {
+		if head[i].Seq <= head[i-1].Seq {
+			t.Fatalf("lane 3's seqs after the migration: %d then %d", head[i-1].Seq, head[i].Seq)
+		}
+	}
+	got, err := s.Read(ctx, outbox.ReadQuery{Lane: outbox.Unordered, Now: later}, make([]outbox.Record, 10))
+	if err != nil || len(got) != 1 || got[0].ID != un {
+		t.Fatalf("unordered rows after the migration: %v, %v; want %s", ids(got), err, un)
+	}
+}
+
+// insertOne inserts rec through s in one committed transaction.
+func insertOne(ctx context.Context, db *sql.DB, s *mysql.Store, rec outbox.Record) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := s.Insert(ctx, tx, []outbox.Record{rec}); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // migrationStatements returns the SQL block of the operations guide's MySQL migration,

@@ -102,30 +102,34 @@ func newQueries(n names, lanes int) *queries {
 	// and claim tests filter on the way (parked rows hold lanes below -1, out of the
 	// way). It is the table's only index; the unordered reads name it all the same, so
 	// that no optimizer prefers a scan (TestExplain, both engines).
-	q.readUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND id > ? AND %s ORDER BY id LIMIT ?`,
+	q.readUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND seq = -1 AND id > ? AND %s ORDER BY id LIMIT ?`,
 		recordColumns, n.outbox, eligibleWhere)
 	q.readLane = fmt.Sprintf(`SELECT %s FROM %s WHERE lane = ? AND id > ? AND %s ORDER BY id LIMIT ?`,
 		recordColumns, n.outbox, eligibleWhere)
 
-	q.anyUnordered = fmt.Sprintf(`SELECT 1 FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND id > ? AND %s LIMIT 1`, n.outbox, eligibleWhere)
-	q.claimUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND id > ? AND %s ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
+	q.anyUnordered = fmt.Sprintf(`SELECT 1 FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND seq = -1 AND id > ? AND %s LIMIT 1`, n.outbox, eligibleWhere)
+	q.claimUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND seq = -1 AND id > ? AND %s ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
 		recordColumns, n.outbox, eligibleWhere)
-	q.claimLaneLocked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
+	// A lane is read in seq order, the order its rows were inserted (see schema.go): a
+	// range of the primary key (lane, seq, id).
+	q.claimLaneLocked = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND seq > ? ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
 		recordColumns, n.outbox)
-	q.claimLaneVisible = fmt.Sprintf(`SELECT id FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, n.outbox)
-	q.laneHead = fmt.Sprintf(`SELECT CAST(deliver_at AS CHAR), CAST(claim_expires_at AS CHAR) FROM %s WHERE status = 'pending' AND lane = ? ORDER BY id LIMIT 1`, n.outbox)
-	q.laneRun = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
-	q.parkedKeys = fmt.Sprintf(`SELECT ordering_key, MIN(id) FROM %s WHERE lane = ? AND ordering_key IS NOT NULL GROUP BY ordering_key`, n.outbox)
+	q.claimLaneVisible = fmt.Sprintf(`SELECT id FROM %s WHERE status = 'pending' AND lane = ? AND seq > ? ORDER BY seq LIMIT ?`, n.outbox)
+	q.laneHead = fmt.Sprintf(`SELECT CAST(deliver_at AS CHAR), CAST(claim_expires_at AS CHAR) FROM %s WHERE status = 'pending' AND lane = ? ORDER BY seq LIMIT 1`, n.outbox)
+	q.laneRun = fmt.Sprintf(`SELECT %s FROM %s WHERE status = 'pending' AND lane = ? AND seq > ? ORDER BY seq LIMIT ?`, recordColumns, n.outbox)
+	q.parkedKeys = fmt.Sprintf(`SELECT ordering_key, MIN(seq) FROM %s WHERE lane = ? AND ordering_key IS NOT NULL GROUP BY ordering_key`, n.outbox)
 	// Lease expiries are set and compared on the server's clock (dbNow), never on a
 	// caller's: forwarders whose clocks disagree still agree on who holds a lane.
 	q.leaseShare = fmt.Sprintf(`SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > %s LOCK IN SHARE MODE`, n.lanes, dbNow)
-	q.setClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE lane = ? AND id IN (`, n.outbox)
+	q.setClaim = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET claim_token = ?, claim_expires_at = ? WHERE lane = ? AND id IN (`, n.outbox)
 
 	q.leaseLive = fmt.Sprintf(` AND EXISTS (SELECT 1 FROM %s WHERE lane = ? AND token = ? AND expires_at > %s)`, n.lanes, dbNow)
 
 	// A live claim of token: claim_expires_at > now. GREATEST never shortens it.
 	//
-	// The writes by id list (renew, release, complete) name the primary key: on a small
+	// The writes by id (renew, release, complete, fail, the locked batch's) name the
+	// primary key: the optimizer may otherwise take ix_seq, whose entries hold the whole
+	// key too, for an unordered row (seq -1) and look the row up twice. By id list: on a small
 	// table the optimizer may otherwise scan it, and a scan in the session's REPEATABLE
 	// READ locks every row it reads until the commit, rows of other claims and fresh
 	// pending rows among them, which concurrent SKIP LOCKED claims then pass over
@@ -152,16 +156,16 @@ func newQueries(n names, lanes int) *queries {
 
 	// The retry instant is NULL to keep deliver_at; attempts always changes, so affected
 	// rows is exact whatever clientFoundRows says.
-	q.fail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
+	q.fail = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+
 		`WHERE lane = ? AND id = ? AND claim_token = ? AND claim_expires_at > ?`, n.outbox)
-	q.failLane = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
+	q.failLane = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET attempts = attempts + 1, last_error = ?, claim_token = NULL, claim_expires_at = NULL, `+
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+
 		`WHERE lane = ? AND id = ? AND status = 'pending'`, n.outbox)
-	q.lockedClaim = fmt.Sprintf(`UPDATE %s SET claim_token = ?, claim_expires_at = ? WHERE lane = -1 AND id IN (`, n.outbox)
-	q.lockedDelete = fmt.Sprintf(`DELETE FROM %s WHERE lane = -1 AND id IN (`, n.outbox)
-	q.lockedFail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, `+
-		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+`WHERE lane = -1 AND id = ?`, n.outbox)
+	q.lockedClaim = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET claim_token = ?, claim_expires_at = ? WHERE lane = -1 AND seq = -1 AND id IN (`, n.outbox)
+	q.lockedDelete = fmt.Sprintf(`DELETE o FROM %s AS o FORCE INDEX (PRIMARY) WHERE lane = -1 AND seq = -1 AND id IN (`, n.outbox)
+	q.lockedFail = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET attempts = attempts + 1, last_error = ?, `+
+		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+`WHERE lane = -1 AND seq = -1 AND id = ?`, n.outbox)
 	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', lane = -3 - lane, deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE lane < -1 AND status = 'parked'`, n.outbox)
 	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE lane < -1 AND status = 'parked'`, n.outbox)
 	for cols := range q.insert {

@@ -18,7 +18,7 @@ import (
 // per column and row), and a NULL costs nothing.
 const recordColumns = `id, message_uuid, NULLIF(lane, -1), ordering_key, NULLIF(transport, ''), destination, message_type, ` +
 	`headers, body, tenant_id, CAST(created_at AS CHAR), CAST(NULLIF(deliver_at, created_at) AS CHAR), attempts, ` +
-	`last_error, NULLIF(status, 'pending'), claim_token, CAST(claim_expires_at AS CHAR)`
+	`last_error, NULLIF(status, 'pending'), claim_token, CAST(claim_expires_at AS CHAR), NULLIF(seq, -1)`
 
 const (
 	colID = iota
@@ -38,6 +38,7 @@ const (
 	colStatus
 	colClaimToken
 	colClaimExpiresAt
+	colSeq
 	numRecordColumns
 )
 
@@ -91,6 +92,14 @@ func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 			return fmt.Errorf("mysql: row %s: lane: %w", r.ID, err)
 		}
 		r.Lane = laneOf(int(lane)) // a parked row's stored lane is parkedLane(lane)
+	}
+	r.Seq = 0 // NULL: an unordered row (seq -1)
+	if raw[colSeq] != nil {
+		seq, err := parseInt(raw[colSeq])
+		if err != nil {
+			return fmt.Errorf("mysql: row %s: seq: %w", r.ID, err)
+		}
+		r.Seq = seq
 	}
 	setString(&r.OrderingKey, raw[colOrderingKey])
 	setString(&r.Transport, raw[colTransport])

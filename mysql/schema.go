@@ -115,12 +115,19 @@ func CreateScript(opts outbox.Options) (string, error) {
 // createStatements is the DDL, one statement per element (CreateSchema runs them one by
 // one, so the DSN needs no multiStatements).
 func createStatements(n names) []string {
-	// The primary key (lane, id) is the table's only index, and InnoDB keeps the rows in
-	// its order: every insert pays for one B-tree and nothing else (a secondary index
-	// cost each 1,000-row transaction 10-15 % of its rate, benchmarks/README.md). It
-	// serves the head of one lane (lane = ? ORDER BY id) and the unordered due read
-	// (lane = -1, due and claim tests filtered on the way) as range reads of the rows
-	// themselves. Unordered rows hold lane -1 (no NULL in a primary key); a parked row
+	// seq is a lane's order: AUTO_INCREMENT numbers a row of a lane when the publisher
+	// inserts it, at its commit, after every lock its transaction waited for. A
+	// transaction that began after another one committed, or waited for its lock,
+	// inserts after it and gets greater numbers, whatever the writers' clocks (the id,
+	// made by the writer at Publish, would not: two writers in one millisecond order by
+	// chance). Unordered rows store seq -1 and stay in id order.
+	//
+	// InnoDB keeps the rows in the order of the primary key (lane, seq, id), which
+	// serves the head of one lane (lane = ? ORDER BY seq) and the unordered due read
+	// (lane = -1 AND seq = -1, in id order, due and claim tests filtered on the way) as
+	// range reads of the rows themselves. ix_seq is there because InnoDB requires an
+	// AUTO_INCREMENT column to lead an index; it is the one secondary index, appended
+	// to in order. Unordered rows hold lane -1 (no NULL in a primary key); a parked row
 	// holds -3 - lane (parkedLane), below -1, so parked rows sit apart from the pending
 	// ones: listings, counts and MAX(lane) read their own range. Every write names the
 	// lane of its rows (the store contract passes it), or, for Park by id alone, every
@@ -131,6 +138,7 @@ func createStatements(n names) []string {
     id               BINARY(16)      NOT NULL,
     message_uuid     VARCHAR(%[3]d)    NOT NULL DEFAULT '',
     lane             INT             NOT NULL DEFAULT -1,
+    seq              BIGINT          NOT NULL AUTO_INCREMENT,
     ordering_key     VARBINARY(%[4]d) NULL,
     transport        VARCHAR(%[5]d)    NOT NULL DEFAULT '',
     destination      VARCHAR(%[6]d)   NOT NULL,
@@ -145,7 +153,8 @@ func createStatements(n names) []string {
     status           VARCHAR(16)     NOT NULL DEFAULT 'pending',
     claim_token      BINARY(16)      NULL,
     claim_expires_at DATETIME(6)     NULL,
-    PRIMARY KEY (lane, id),
+    PRIMARY KEY (lane, seq, id),
+    KEY ix_seq (seq),
     CHECK (id <> %[2]s),
     CHECK (LENGTH(headers) >= 8),
     CHECK (attempts >= 0),
@@ -203,6 +212,26 @@ func inboxLeaseTable(n names) string {
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, n.inboxLease, maxOwner)
 }
 
+// MigrateScript returns the statements that bring a rows table of the previous schema
+// (primary key (lane, id), no seq column) to this one: seq is added, the rows of each
+// lane numbered in id order (their order until then), and the primary key becomes
+// (lane, seq, id). Run it with the table's writers and forwarders stopped: a writer of
+// the previous version would store its unordered rows with a seq of AUTO_INCREMENT,
+// which the unordered reads of this version never see. ALTER TABLE rebuilds the table.
+func MigrateScript(opts outbox.Options) (string, error) {
+	opts, err := validateOptions(opts)
+	if err != nil {
+		return "", err
+	}
+	t := QualifiedTable(opts, opts.OutboxTable())
+	return strings.Join([]string{
+		"ALTER TABLE " + t + " ADD COLUMN seq BIGINT NOT NULL DEFAULT -1 AFTER lane",
+		"UPDATE " + t + " AS o JOIN (SELECT lane, id, ROW_NUMBER() OVER (ORDER BY id) AS n FROM " + t +
+			" WHERE lane >= 0 OR lane < -2) AS r ON r.lane = o.lane AND r.id = o.id SET o.seq = r.n",
+		"ALTER TABLE " + t + " MODIFY seq BIGINT NOT NULL AUTO_INCREMENT, DROP PRIMARY KEY, ADD PRIMARY KEY (lane, seq, id), ADD KEY ix_seq (seq)",
+	}, ";\n") + ";\n", nil
+}
+
 // validUTF8Max reports whether s is valid UTF-8 of at most max characters.
 func validUTF8Max(s string, max int) bool {
 	if len(s) <= max {
@@ -225,19 +254,25 @@ func (s *Store) checkLaneKey(ctx context.Context, q queryRower) error {
 	if s.laneKeyOK.Load() {
 		return nil
 	}
-	const query = `SELECT COUNT(*), COALESCE(SUM(INDEX_NAME = 'PRIMARY' AND SEQ_IN_INDEX = 1 AND COLUMN_NAME = 'lane'), 0) ` +
+	const query = `SELECT COUNT(*), COALESCE(SUM(INDEX_NAME = 'PRIMARY' AND SEQ_IN_INDEX = 1 AND COLUMN_NAME = 'lane'), 0), ` +
+		`COALESCE(SUM(INDEX_NAME = 'PRIMARY' AND SEQ_IN_INDEX = 2 AND COLUMN_NAME = 'seq'), 0) ` +
 		`FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`
 	var schema any
 	if s.opts.Schema != "" {
 		schema = s.opts.Schema
 	}
-	var indexed, laneFirst int64
-	if err := q.QueryRowContext(ctx, query, schema, s.opts.OutboxTable()).Scan(&indexed, &laneFirst); err != nil {
+	var indexed, laneFirst, seqSecond int64
+	if err := q.QueryRowContext(ctx, query, schema, s.opts.OutboxTable()).Scan(&indexed, &laneFirst, &seqSecond); err != nil {
 		return fmt.Errorf("check the primary key: %w", err)
 	}
 	if indexed > 0 && laneFirst == 0 {
-		return fmt.Errorf("%w: table %s is keyed by id (the schema before 2026-12-07); this version keys it by (lane, id): migrate it as %s says",
+		return fmt.Errorf("%w: table %s is keyed by id (the schema before 2026-12-07); this version keys it by (lane, seq, id): migrate it as %s says",
 			outbox.ErrSchemaOutdated, s.q.outboxName, laneKeyDoc)
+	}
+	if indexed > 0 && seqSecond == 0 {
+		return fmt.Errorf("%w: table %s has no seq column (the schema before 2026-12-08), so its lanes could not follow commit order; "+
+			"stop its writers and forwarders and run the statements of mysql.MigrateScript (outboxctl schema migrate -dialect mysql -prefix %q prints them)",
+			outbox.ErrSchemaOutdated, s.q.outboxName, s.opts.TablePrefix)
 	}
 	if indexed > 0 {
 		s.laneKeyOK.Store(true)

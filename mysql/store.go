@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -79,14 +80,16 @@ func (s *Store) Options() outbox.Options { return s.opts }
 func (s *Store) DB() *sql.DB { return s.db }
 
 // CreateSchema runs CreateScript's statements one by one (the DSN needs no
-// multiStatements). It is idempotent.
+// multiStatements). It is idempotent. It never alters an existing table: a rows table
+// of an earlier schema gives an error wrapping outbox.ErrSchemaOutdated that says what
+// to run (MigrateScript).
 func (s *Store) CreateSchema(ctx context.Context) error {
 	for _, stmt := range s.q.create {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return wrapErr("create schema", err)
 		}
 	}
-	return nil
+	return wrapErr("create schema", s.checkLaneKey(ctx, s.db))
 }
 
 // inTx runs fn in a short READ COMMITTED transaction on a pooled connection. READ
@@ -136,13 +139,13 @@ func (s *Store) Read(ctx context.Context, q outbox.ReadQuery, dst []outbox.Recor
 }
 
 // Head returns the head run of lane q.Lane without locking or writing (see
-// outbox.Store): pages of the lane's pending rows in id order, cut at the first row
+// outbox.Store): pages of the lane's pending rows in seq order, cut at the first row
 // that is not due or holds a live claim; rows of parked keys are passed over.
 func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
 	if err := q.Validate(s.opts.Lanes); err != nil {
 		return dst[:0], invalid(err)
 	}
-	var parked map[string]outbox.ID
+	var parked map[string]int64
 	if q.HoldParkedKeys {
 		var err error
 		if parked, err = s.parkedKeys(ctx, s.db, q.Lane); err != nil {
@@ -150,8 +153,8 @@ func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Recor
 		}
 	}
 	now := q.Now.UTC().Truncate(time.Microsecond)
-	out, err := lanehead.Read(dst, q.Limit, parked, now, func(dst []outbox.Record, after outbox.ID, limit int) ([]outbox.Record, error) {
-		rows, err := queryB(ctx, s.db, s.q.laneRun, int64(q.Lane), after[:], int64(limit))
+	out, err := lanehead.Read(dst, q.Limit, parked, now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+		rows, err := queryB(ctx, s.db, s.q.laneRun, int64(q.Lane), after, int64(limit))
 		if err != nil {
 			return dst, err
 		}
@@ -276,6 +279,7 @@ func (s *Store) setClaim(ctx context.Context, tx *sql.Tx, c outbox.ClaimParams, 
 		b = appendHex(b, out[i].ID[:])
 	}
 	b = append(b, ')')
+	b = appendSeqs(b, out[0].Lane, len(out), func(i int) int64 { return out[i].Seq })
 	if _, err := execB(ctx, tx, string(b), c.Token[:], until, int64(out[0].Lane)); err != nil {
 		return err
 	}
@@ -328,7 +332,7 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 		if err != nil {
 			return err
 		}
-		var parked map[string]outbox.ID
+		var parked map[string]int64
 		if c.HoldParkedKeys {
 			if parked, err = s.parkedKeys(ctx, tx, c.Lane); err != nil {
 				return err
@@ -337,7 +341,7 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 		// Pages of the head, Limit rows first (bodies can be large); a further, larger
 		// page only when parked keys held rows of this one.
 		page := c.Limit
-		var after outbox.ID
+		var after int64
 		var locked []outbox.Record
 		ids := make([]outbox.ID, 0, page)
 		for first := true; len(out) < c.Limit; first = false {
@@ -347,7 +351,7 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 			mark := len(out)
 			var stop, skipped bool
 			for attempt := 1; ; attempt++ {
-				rows, err := queryB(ctx, tx, s.q.claimLaneLocked, int64(c.Lane), after[:], int64(page))
+				rows, err := queryB(ctx, tx, s.q.claimLaneLocked, int64(c.Lane), after, int64(page))
 				if err != nil {
 					return err
 				}
@@ -374,7 +378,7 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 			if stop || skipped || len(locked) < page {
 				break
 			}
-			after = locked[len(locked)-1].ID
+			after = locked[len(locked)-1].Seq
 		}
 		if s.afterLock != nil {
 			s.afterLock()
@@ -388,17 +392,17 @@ func (s *Store) claimLane(ctx context.Context, c outbox.ClaimParams, now, until 
 // row before the locked ones was skipped (locked by another transaction).
 const headRetries = 3
 
-// takeRun appends to out the leading run of locked (in id order) that may be claimed:
+// takeRun appends to out the leading run of locked (in seq order) that may be claimed:
 // it stops at a row not due or with a live claim (stop), and at a row that the
 // non-locking read ids shows before it but SKIP LOCKED passed over (skipped). Rows whose
 // key has an earlier parked row (parked) are passed over without stopping.
-func takeRun(out, locked []outbox.Record, ids []outbox.ID, parked map[string]outbox.ID, now time.Time, limit int) (_ []outbox.Record, stop, skipped bool) {
+func takeRun(out, locked []outbox.Record, ids []outbox.ID, parked map[string]int64, now time.Time, limit int) (_ []outbox.Record, stop, skipped bool) {
 	for i := range locked {
 		r := &locked[i]
 		if i >= len(ids) || ids[i] != r.ID {
 			return out, false, true
 		}
-		if held, ok := parked[r.OrderingKey]; ok && r.OrderingKey != "" && held.Compare(r.ID) < 0 {
+		if held, ok := parked[r.OrderingKey]; ok && r.OrderingKey != "" && held < r.Seq {
 			continue // its key is parked: neither claimed nor holding the lane
 		}
 		if r.DeliverAt.After(now) || r.ClaimExpiresAt.After(now) {
@@ -417,8 +421,8 @@ func takeRun(out, locked []outbox.Record, ids []outbox.ID, parked map[string]out
 }
 
 // visibleHead reads the ids of the lane head without locking (the committed state).
-func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after outbox.ID, limit int, ids []outbox.ID) ([]outbox.ID, error) {
-	rows, err := queryB(ctx, tx, s.q.claimLaneVisible, int64(lane), after[:], int64(limit))
+func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after int64, limit int, ids []outbox.ID) ([]outbox.ID, error) {
+	rows, err := queryB(ctx, tx, s.q.claimLaneVisible, int64(lane), after, int64(limit))
 	if err != nil {
 		return ids, err
 	}
@@ -435,22 +439,21 @@ func (s *Store) visibleHead(ctx context.Context, tx *sql.Tx, lane int, after out
 	return ids, rows.Err()
 }
 
-// parkedKeys returns, per ordering key of lane, its smallest parked id.
-func (s *Store) parkedKeys(ctx context.Context, tx execQuerier, lane int) (map[string]outbox.ID, error) {
+// parkedKeys returns, per ordering key of lane, the smallest seq of its parked rows.
+func (s *Store) parkedKeys(ctx context.Context, tx execQuerier, lane int) (map[string]int64, error) {
 	rows, err := queryB(ctx, tx, s.q.parkedKeys, int64(parkedLane(lane)))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	m := make(map[string]outbox.ID)
-	var key, raw sql.RawBytes
+	m := make(map[string]int64)
+	var key sql.RawBytes
+	var seq int64
 	for rows.Next() {
-		if err := rows.Scan(&key, &raw); err != nil {
+		if err := rows.Scan(&key, &seq); err != nil {
 			return nil, err
 		}
-		var id outbox.ID
-		copy(id[:], raw)
-		m[string(key)] = id
+		m[string(key)] = seq
 	}
 	return m, rows.Err()
 }
@@ -502,6 +505,7 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 		idFilter = appendIDList(idFilter, r.IDs)
 		idFilter = append(idFilter, ')')
 	}
+	idFilter = appendSeqs(idFilter, r.Lane, 0, nil)
 	update := s.q.renewUpdate + string(idFilter)
 	count := s.q.renewCount + string(idFilter)
 	var found int64
@@ -528,6 +532,26 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 	return int(found), nil
 }
 
+// appendSeqs narrows a write by lane and id to the primary key (lane, seq, id): an
+// unordered row's seq is -1; rows of a lane are found by the n seqs seq(i) the caller
+// read, when it gives them (n > 0), and otherwise by a walk of the lane.
+func appendSeqs(b []byte, lane, n int, seq func(i int) int64) []byte {
+	if lane == outbox.Unordered {
+		return append(b, " AND seq = -1"...)
+	}
+	if n == 0 {
+		return b
+	}
+	b = append(b, " AND seq IN ("...)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, seq(i), 10)
+	}
+	return append(b, ')')
+}
+
 // Complete deletes the rows among c.IDs whose live claim is c.Token.
 func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, error) {
 	if err := c.Validate(s.opts.Lanes); err != nil {
@@ -551,6 +575,7 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 	b = append(b, " AND id IN ("...)
 	b = appendIDList(b, c.IDs)
 	b = append(b, ')')
+	b = appendSeqs(b, c.Lane, len(c.Seqs), func(i int) int64 { return c.Seqs[i] })
 	b, args = s.fence(b, args, c.Lane, c.Lease)
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
@@ -580,6 +605,7 @@ func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error
 		b = appendIDList(b, r.IDs)
 		b = append(b, ')')
 	}
+	b = appendSeqs(b, r.Lane, 0, nil)
 	args := []any{int64(r.Lane), r.Token[:], now}
 	b, args = s.fence(b, args, r.Lane, r.Lease)
 	res, err := s.exec(ctx, string(b), args...)
@@ -618,6 +644,11 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 	q, args := []byte(s.q.fail), []any{errorText(f.Error), retry, park, park, int64(f.Lane), f.ID[:], f.Token[:], now}
 	if headRow {
 		q, args = []byte(s.q.failLane), []any{errorText(f.Error), retry, park, park, int64(f.Lane), f.ID[:]}
+	}
+	if f.Seq > 0 {
+		q = appendSeqs(q, f.Lane, 1, func(int) int64 { return f.Seq })
+	} else {
+		q = appendSeqs(q, f.Lane, 0, nil)
 	}
 	q, args = s.fence(q, args, f.Lane, f.Lease)
 	// attempts always changes, so affected rows is exact whatever clientFoundRows says.

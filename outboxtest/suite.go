@@ -56,6 +56,7 @@ func groups() []group {
 		{"Claim", claimTests()},
 		{"Ordered", orderedTests()},
 		{"Head", headTests()},
+		{"CommitOrder", commitOrderTests()},
 		{"Renew", renewTests()},
 		{"Complete", completeTests()},
 		{"Release", releaseTests()},
@@ -70,7 +71,6 @@ func groups() []group {
 		{"Errors", errorTests()},
 		{"Arguments", argumentTests()},
 		{"LockedBatch", lockedBatchTests()},
-		{"LaneBatch", laneBatchTests()},
 		{"Inbox", inboxTests()},
 	}
 }

@@ -27,7 +27,7 @@ func Example_createScript() {
 	// Output:
 	// CREATE SCHEMA IF NOT EXISTS "messaging"
 	// CREATE TABLE IF NOT EXISTS "messaging"."orders_outbox"
-	// CREATE INDEX IF NOT EXISTS "orders_outbox_lane_ix" ON "messaging"."orders_outbox"
+	// CREATE INDEX IF NOT EXISTS "orders_outbox_lseq_ix" ON "messaging"."orders_outbox"
 	// CREATE INDEX IF NOT EXISTS "orders_outbox_due_ix" ON "messaging"."orders_outbox"
 	// CREATE INDEX IF NOT EXISTS "orders_outbox_parked_ix" ON "messaging"."orders_outbox"
 	// CREATE INDEX IF NOT EXISTS "orders_outbox_parkkey_ix" ON "messaging"."orders_outbox"

@@ -156,7 +156,7 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		{"unordered locked batch", s.q.lockUnordered, suffixDueIx, []any{now, 500, zero[:]}},
 		{"locked batch delete", s.q.lockedDelete, suffixOutbox + "_pkey", []any{[][]byte{zero[:]}}},
 		{"pending lanes probe", s.q.pendingLanes, suffixLaneIx, nil},
-		{"lane run read", s.q.laneRun, suffixLaneIx, []any{lane, zero[:], 512}},
+		{"lane run read", s.q.laneRun, suffixLaneIx, []any{lane, int64(0), 512}},
 		// Either index: through the lanes' index it walks the lane and filters the run's
 		// ids, through the primary key it looks each id up; on a 1,000,000-row table
 		// (15,600 rows per lane) both took 12-13 ms for 512 rows (2026-12-05).

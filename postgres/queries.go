@@ -25,7 +25,7 @@ func prefixed(alias string) string {
 	}
 	return strings.ReplaceAll(`$.id, $.message_uuid, $.lane, $.ordering_key, NULLIF($.transport, ''), $.destination, `+
 		`$.message_type, $.headers, $.body, $.tenant_id, $.created_at, NULLIF($.deliver_at, $.created_at), $.attempts, `+
-		`$.last_error, NULLIF($.status, 'pending'), $.claim_token, $.claim_expires_at`, "$.", alias)
+		`$.last_error, NULLIF($.status, 'pending'), $.claim_token, $.claim_expires_at, $.seq`, "$.", alias)
 }
 
 // eligible is the eligibility rule over alias with the instant in parameter now.
@@ -66,9 +66,6 @@ type queries struct {
 	laneRun                  string // the pending rows of one lane in id order (Head)
 	parkedKeys               string // earliest parked id per ordering key of one lane
 	completeLane, failLane   string // a lane run's delete and a head row's failure, fenced
-	headLanes                string // HeadLanes: the window's rows of the listed lanes
-	parkedKeysLanes          string // earliest parked id per lane and ordering key of the listed lanes
-	completeLanes            string // CompleteLanes: the runs' rows, each lane fenced by its lease
 
 	// A locked batch (BatchLocker): the unordered claim's locking read without the
 	// claim, and its delete and failure of rows whose locks it holds.
@@ -158,20 +155,9 @@ func newQueries(n names, lanes int) *queries {
 		`WHERE id = $1`
 
 	// $1 lane, $2 after, $3 limit.
-	q.laneRun = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.status = 'pending' AND o.id > $2 ORDER BY o.id LIMIT $3`
-	q.parkedKeys = `SELECT ordering_key, (array_agg(id ORDER BY id))[1] FROM ` + t + ` WHERE status = 'parked' AND lane = $1 AND ordering_key IS NOT NULL GROUP BY ordering_key`
-	// $1 lanes, $2 window. The window (the table's first $2 rows in id order, walked on
-	// the primary key: a bounded walk whatever the rows are) is counted before the rows
-	// of other lanes, unordered and parked rows are dropped, so that the caller learns
-	// whether it was full.
-	q.headLanes = `SELECT ` + prefixed("w") + `, w.n FROM (SELECT o.*, count(*) OVER () AS n FROM (SELECT * FROM ` + t +
-		` ORDER BY id LIMIT $2) AS o) AS w WHERE w.status = 'pending' AND w.lane = ANY($1::integer[]) ORDER BY w.id`
-	q.parkedKeysLanes = `SELECT lane, ordering_key, (array_agg(id ORDER BY id))[1] FROM ` + t +
-		` WHERE status = 'parked' AND lane = ANY($1::integer[]) AND ordering_key IS NOT NULL GROUP BY lane, ordering_key`
-	// $1 ids, $2 lanes, $3 leases (one per lane). The live fenced lanes are found once.
-	q.completeLanes = `DELETE FROM ` + t + ` AS o WHERE o.id = ANY($1::bytea[]) AND o.status = 'pending' AND o.lane = ANY(ARRAY(` +
-		`SELECT f.lane FROM unnest($2::integer[], $3::bytea[]) AS r(lane, token) JOIN ` + q.n.lanes + ` AS f ON f.lane = r.lane AND f.token = r.token ` +
-		`AND f.expires_at > ` + dbNow + `)) RETURNING o.lane`
+	// A lane is read in seq order: the order its rows were inserted (see schema.go).
+	q.laneRun = `SELECT ` + selectColumns + ` FROM ` + t + ` AS o WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.status = 'pending' AND o.seq > $2 ORDER BY o.seq LIMIT $3`
+	q.parkedKeys = `SELECT ordering_key, min(seq) FROM ` + t + ` WHERE status = 'parked' AND lane = $1 AND ordering_key IS NOT NULL GROUP BY ordering_key`
 	// $1 ids, $2 lane, $3 lease.
 	q.completeLane = `DELETE FROM ` + t + ` WHERE id = ANY($1::bytea[]) AND lane = $2 AND status = 'pending' AND ` + q.liveLease("$2", "$3")
 	// $1 id, $2 error, $3 retry at (NULL keeps deliver_at), $4 park, $5 lane, $6 lease.
@@ -290,17 +276,17 @@ func (q *queries) buildClaimLane(holdParkedKeys bool) string {
 	hold := ""
 	if holdParkedKeys {
 		hold = ` AND NOT (h.ordering_key IS NOT NULL AND EXISTS (SELECT 1 FROM ` + t + ` AS p ` +
-			`WHERE p.status = 'parked' AND p.ordering_key = h.ordering_key AND p.lane = $5 AND p.id < h.id))`
+			`WHERE p.status = 'parked' AND p.ordering_key = h.ordering_key AND p.lane = $5 AND p.seq < h.seq))`
 	}
 	return `WITH lease AS (SELECT 1 FROM ` + q.n.lanes + ` AS f WHERE f.lane = $5 AND f.token = $6 AND f.expires_at > ` + dbNow + ` FOR SHARE), ` +
-		`head AS (SELECT h.id, (h.deliver_at <= $3 AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $3)) AS ok ` +
+		`head AS (SELECT h.id, h.seq, (h.deliver_at <= $3 AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $3)) AS ok ` +
 		`FROM ` + t + ` AS h WHERE h.lane = $5 AND h.lane IS NOT NULL AND h.status = 'pending' AND EXISTS (SELECT 1 FROM lease)` + hold +
-		` ORDER BY h.id LIMIT $4), ` +
-		`run AS (SELECT r.id FROM (SELECT id, bool_and(ok) OVER (ORDER BY id) AS open FROM head) AS r WHERE r.open), ` +
+		` ORDER BY h.seq LIMIT $4), ` +
+		`run AS (SELECT r.id, r.seq FROM (SELECT id, seq, bool_and(ok) OVER (ORDER BY seq) AS open FROM head) AS r WHERE r.open), ` +
 		`locked AS (SELECT s.id FROM ` + t + ` AS s WHERE s.id IN (SELECT id FROM run) AND s.lane = $5 AND ` + eligible("s", "$3") +
-		` ORDER BY s.id FOR UPDATE SKIP LOCKED) ` +
+		` ORDER BY s.seq FOR UPDATE SKIP LOCKED) ` +
 		`UPDATE ` + t + ` AS o SET claim_token = $1, claim_expires_at = $2 WHERE o.id = ANY(ARRAY(SELECT id FROM locked)) ` +
-		`AND NOT EXISTS (SELECT 1 FROM run WHERE run.id < o.id AND run.id NOT IN (SELECT id FROM locked)) ` +
+		`AND NOT EXISTS (SELECT 1 FROM run WHERE run.seq < o.seq AND run.id NOT IN (SELECT id FROM locked)) ` +
 		`RETURNING ` + prefixed("o")
 }
 

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -18,7 +19,7 @@ const (
 	suffixOutbox    = "outbox"
 	suffixLanes     = "outbox_lanes"
 	suffixNodes     = "outbox_nodes"
-	suffixLaneIx    = "outbox_lane_ix"    // head of one lane
+	suffixLaneIx    = "outbox_lseq_ix"    // head of one lane, in seq order
 	suffixDueIx     = "outbox_due_ix"     // unordered due rows
 	suffixParkedIx  = "outbox_parked_ix"  // parked rows by id (ListParked, Purge, Requeue)
 	suffixParkKeyIx = "outbox_parkkey_ix" // parked rows by key (HoldParkedKeys, key filters)
@@ -101,6 +102,57 @@ func QualifiedTable(opts outbox.Options, table string) string {
 	return quoteIdent(opts.Schema) + "." + quoteIdent(table)
 }
 
+// checkSeq fails with an error wrapping outbox.ErrSchemaOutdated when the rows table
+// exists without the seq column (the schema before 2026-12-08): its lanes could not be
+// read in commit order. The forwarder's startup check (MaxLane) and CreateSchema run it;
+// a missing table is left to the statement that needs it.
+func (s *Store) checkSeq(ctx context.Context) error {
+	const query = `SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute ` +
+		`WHERE attrelid = to_regclass($1) AND attname = 'seq' AND NOT attisdropped)`
+	var exists, hasSeq bool
+	if err := s.db.QueryRowContext(ctx, query, s.q.n.outbox).Scan(&exists, &hasSeq); err != nil {
+		return fmt.Errorf("check the rows table: %w", err)
+	}
+	if exists && !hasSeq {
+		return fmt.Errorf("%w: table %s has no seq column (the schema before 2026-12-08), so its lanes could not follow commit order; "+
+			"run the statements of postgres.MigrateScript (outboxctl schema migrate -dialect postgres -prefix %q prints them)",
+			outbox.ErrSchemaOutdated, s.q.n.outbox, s.opts.TablePrefix)
+	}
+	return nil
+}
+
+// MigrateScript returns the statements, in one transaction, that bring a rows table of
+// the previous schema (no seq column) to this one: seq is added and numbered in id order
+// (the lanes' order until then), becomes an identity continuing after the greatest
+// number, and the lanes' index is rebuilt on (lane, seq). The table is locked for the
+// duration; writers of the previous version may go on afterwards (the identity numbers
+// their rows), forwarders of the previous version must be stopped first.
+func MigrateScript(opts outbox.Options) (string, error) {
+	opts, err := validateOptions(opts)
+	if err != nil {
+		return "", err
+	}
+	n := newNames(opts)
+	t := n.outbox
+	oldIx := quoteIdent(opts.TablePrefix + "outbox_lane_ix")
+	if n.schema != "" {
+		oldIx = n.schema + "." + oldIx
+	}
+	lit := "'" + strings.ReplaceAll(t, "'", "''") + "'"
+	return strings.Join([]string{
+		"BEGIN",
+		"LOCK TABLE " + t + " IN ACCESS EXCLUSIVE MODE",
+		"ALTER TABLE " + t + " ADD COLUMN seq bigint",
+		"UPDATE " + t + " AS o SET seq = r.n FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM " + t + ") AS r WHERE r.id = o.id",
+		"ALTER TABLE " + t + " ALTER COLUMN seq SET NOT NULL",
+		"ALTER TABLE " + t + " ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY",
+		"SELECT setval(pg_get_serial_sequence(" + lit + ", 'seq'), (SELECT COALESCE(max(seq), 0) + 1 FROM " + t + "), false)",
+		"DROP INDEX IF EXISTS " + oldIx,
+		fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (lane, seq) WHERE status = 'pending' AND lane IS NOT NULL", n.laneIx, t),
+		"COMMIT",
+	}, ";\n") + ";\n", nil
+}
+
 // zeroBytes16 is the zero id / zero token as a bytea expression (independent of
 // standard_conforming_strings).
 const zeroBytes16 = `decode('00000000000000000000000000000000', 'hex')`
@@ -127,6 +179,7 @@ func createScript(n names) string {
                      CHECK (octet_length(id) = 16 AND id <> %[2]s),
     message_uuid     text        NOT NULL DEFAULT '',
     lane             integer     NULL CHECK (lane >= 0),
+    seq              bigint      GENERATED ALWAYS AS IDENTITY,
     ordering_key     text        NULL,
     transport        text        NOT NULL DEFAULT '',
     destination      text        NOT NULL,
@@ -149,8 +202,16 @@ func createScript(n names) string {
 	// fillfactor leaves room on each page so that renewals (which touch no indexed
 	// column) stay HOT updates.
 
-	// Head of one lane: pending rows of the lane in id order.
-	fmt.Fprintf(&b, "CREATE INDEX IF NOT EXISTS %s ON %s (lane, id) WHERE status = 'pending' AND lane IS NOT NULL;\n", n.laneIx, n.outbox)
+	// seq is a lane's order: the identity's next value, taken when the publisher inserts
+	// the row at its commit (after every lock the transaction waited for). A transaction
+	// that began after another one committed, or waited for its lock, inserts after it
+	// and gets greater values, whatever the writers' clocks; the id, made by the writer
+	// at Publish, would not (two writers in one millisecond order by chance). The
+	// identity's sequence keeps the default CACHE 1: a session caching values would hand
+	// out old ones after others' newer ones.
+	//
+	// Head of one lane: pending rows of the lane in seq order.
+	fmt.Fprintf(&b, "CREATE INDEX IF NOT EXISTS %s ON %s (lane, seq) WHERE status = 'pending' AND lane IS NOT NULL;\n", n.laneIx, n.outbox)
 	// Unordered due rows: pending rows without a lane in id order; deliver_at is a filter.
 	// (With deliver_at as a second column the planner preferred filtering the primary key
 	// over the whole table: TestExplainHotReads.)

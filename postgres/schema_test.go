@@ -58,7 +58,7 @@ func TestCreateScriptShape(t *testing.T) {
 	if strings.Contains(script, "CREATE SCHEMA") {
 		t.Error("schema created without Options.Schema")
 	}
-	for _, want := range []string{`"a""b_outbox"`, `"a""b_outbox_lanes"`, `"a""b_outbox_nodes"`, `"a""b_outbox_lane_ix"`, `"a""b_outbox_due_ix"`} {
+	for _, want := range []string{`"a""b_outbox"`, `"a""b_outbox_lanes"`, `"a""b_outbox_nodes"`, `"a""b_outbox_lseq_ix"`, `"a""b_outbox_due_ix"`} {
 		if !strings.Contains(script, want) {
 			t.Errorf("script lacks %s", want)
 		}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -68,6 +69,9 @@ const schemaLockKey int64 = 0x6f7574626f78 // "outbox"
 
 // CreateSchema runs CreateScript's DDL in one transaction.
 func (s *Store) CreateSchema(ctx context.Context) error {
+	if err := s.checkSeq(ctx); err != nil { // an existing table of an earlier schema
+		return wrap("create schema", err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return wrap("create schema", err)
@@ -132,15 +136,15 @@ func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Recor
 	if err := q.Validate(s.opts.Lanes); err != nil {
 		return dst[:0], invalid(err)
 	}
-	var parked map[string]outbox.ID
+	var parked map[string]int64
 	if q.HoldParkedKeys {
 		var err error
 		if parked, err = s.parkedKeys(ctx, q.Lane); err != nil {
 			return dst[:0], wrap("head", err)
 		}
 	}
-	out, err := lanehead.Read(dst, q.Limit, parked, q.Now, func(dst []outbox.Record, after outbox.ID, limit int) ([]outbox.Record, error) {
-		return s.scanPage(ctx, dst, limit, s.q.laneRun, q.Lane, after[:], limit)
+	out, err := lanehead.Read(dst, q.Limit, parked, q.Now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+		return s.scanPage(ctx, dst, limit, s.q.laneRun, q.Lane, after, limit)
 	})
 	return out, wrap("head", err)
 }
@@ -156,23 +160,21 @@ func (s *Store) scanPage(ctx context.Context, dst []outbox.Record, limit int, qu
 	return sqlrows.Append(rows, dst, limit, sc.scan)
 }
 
-// parkedKeys returns, per ordering key of lane, its smallest parked id.
-func (s *Store) parkedKeys(ctx context.Context, lane int) (map[string]outbox.ID, error) {
+// parkedKeys returns, per ordering key of lane, the smallest Seq of its parked rows.
+func (s *Store) parkedKeys(ctx context.Context, lane int) (map[string]int64, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.parkedKeys, lane)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	m := make(map[string]outbox.ID)
-	var raw sql.RawBytes
+	m := make(map[string]int64)
 	for rows.Next() {
 		var key string
-		if err := rows.Scan(&key, &raw); err != nil {
+		var seq int64
+		if err := rows.Scan(&key, &seq); err != nil {
 			return nil, err
 		}
-		var id outbox.ID
-		copy(id[:], raw)
-		m[key] = id
+		m[key] = seq
 	}
 	return m, rows.Err()
 }
@@ -212,8 +214,12 @@ func (s *Store) Claim(ctx context.Context, c outbox.ClaimParams, dst []outbox.Re
 	if err := sqlrows.Close(rows); err != nil {
 		return dst[:0], wrap("claim", err)
 	}
-	// RETURNING has no order.
-	slices.SortFunc(dst, func(a, b outbox.Record) int { return a.ID.Compare(b.ID) })
+	// RETURNING has no order: a lane's rows go in lane order, unordered rows by id.
+	if c.Lane != outbox.Unordered {
+		slices.SortFunc(dst, func(a, b outbox.Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	} else {
+		slices.SortFunc(dst, func(a, b outbox.Record) int { return a.ID.Compare(b.ID) })
+	}
 	return dst, nil
 }
 
@@ -404,6 +410,9 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 
 // MaxLane returns the greatest lane value in the table, or outbox.Unordered.
 func (s *Store) MaxLane(ctx context.Context) (int, error) {
+	if err := s.checkSeq(ctx); err != nil {
+		return 0, wrap("max lane", err)
+	}
 	var lane sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&lane); err != nil {
 		return 0, wrap("max lane", err)
@@ -607,7 +616,7 @@ func (s *Store) Leave(ctx context.Context, owner string) error {
 type rowScanner struct {
 	id, headers, body, token                             sql.RawBytes
 	uuid, key, transport, dest, typ, tenant, lastErr, st sql.NullString
-	lane                                                 sql.NullInt64
+	lane, seq                                            sql.NullInt64
 	created, deliver, expires                            sql.NullTime
 	attempts                                             int64
 	dst                                                  []any
@@ -621,7 +630,7 @@ func (s *Store) scanner() *rowScanner {
 	}
 	sc := &rowScanner{}
 	sc.dst = []any{&sc.id, &sc.uuid, &sc.lane, &sc.key, &sc.transport, &sc.dest, &sc.typ, &sc.headers, &sc.body,
-		&sc.tenant, &sc.created, &sc.deliver, &sc.attempts, &sc.lastErr, &sc.st, &sc.token, &sc.expires}
+		&sc.tenant, &sc.created, &sc.deliver, &sc.attempts, &sc.lastErr, &sc.st, &sc.token, &sc.expires, &sc.seq}
 	sc.counted = append(sc.dst[:len(sc.dst):len(sc.dst)], &sc.count)
 	return sc
 }
@@ -658,6 +667,7 @@ func (sc *rowScanner) decode(r *outbox.Record) {
 	if sc.lane.Valid {
 		r.Lane = int(sc.lane.Int64)
 	}
+	r.Seq = sc.seq.Int64
 	r.OrderingKey = sc.key.String
 	r.Transport = sc.transport.String
 	r.Destination = sc.dest.String

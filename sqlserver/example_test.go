@@ -24,6 +24,7 @@ func ExampleCreateScript() {
 	// IF SCHEMA_ID(N'messaging') IS NULL
 	// IF OBJECT_ID(N'[messaging].[orders_outbox]', N'U') IS NULL
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_pending' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
+	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_lane_seq' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_parked' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_claims' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
 	// IF OBJECT_ID(N'[messaging].[orders_outbox_lanes]', N'U') IS NULL

@@ -79,7 +79,7 @@ type names struct {
 
 	outboxPK, ckID, ckLane, ckHeaders, ckAttempts, ckStatus, ckClaim string
 	dfMessageUUID, dfTransport, dfAttempts, dfStatus                 string
-	ixPending, ixParked, ixClaims                                    string
+	ixPending, ixParked, ixClaims, ixLaneSeq                         string
 
 	lanesPK, ckLanesLane, ckLanesToken string
 	nodesPK                            string
@@ -107,6 +107,7 @@ func newNames(o outbox.Options) names {
 	n.dfStatus = t + "_df_status"
 	n.ixPending = t + "_ix_pending"
 	n.ixParked = t + "_ix_parked"
+	n.ixLaneSeq = t + "_ix_lane_seq"
 	n.ixClaims = t + "_ix_claims"
 	n.lanesPK = n.lanes + "_pk"
 	n.ckLanesLane = n.lanes + "_ck_lane"
@@ -128,7 +129,7 @@ func (n names) all() []string {
 		n.outbox, n.lanes, n.nodes,
 		n.outboxPK, n.ckID, n.ckLane, n.ckHeaders, n.ckAttempts, n.ckStatus, n.ckClaim,
 		n.dfMessageUUID, n.dfTransport, n.dfAttempts, n.dfStatus,
-		n.ixPending, n.ixParked, n.ixClaims,
+		n.ixPending, n.ixParked, n.ixClaims, n.ixLaneSeq,
 		n.lanesPK, n.ckLanesLane, n.ckLanesToken, n.nodesPK,
 		n.inbox, n.inboxPK, n.inboxAgeIx, n.inboxDupDf, n.inboxLease, n.inboxLeasePK, n.ckInboxLeaseTk,
 	}

@@ -13,7 +13,7 @@ import (
 
 // selectCols is the column order every row scan expects (see rowScanner.scan).
 const selectCols = "id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, " +
-	"tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at"
+	"tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq"
 
 // insertCols are the columns Insert writes; the others start at their defaults
 // (attempts 0, status pending, no error, no claim).
@@ -29,7 +29,7 @@ const claimedTable = "DECLARE @claimed TABLE (id binary(16) NOT NULL PRIMARY KEY
 	"lane int, ordering_key nvarchar(max), transport nvarchar(max), destination nvarchar(max), " +
 	"message_type nvarchar(max), headers varbinary(max), body varbinary(max), tenant_id nvarchar(max), " +
 	"created_at datetimeoffset(7), deliver_at datetimeoffset(7), attempts int, last_error nvarchar(max), " +
-	"status varchar(16), claim_token binary(16), claim_expires_at datetimeoffset(7));"
+	"status varchar(16), claim_token binary(16), claim_expires_at datetimeoffset(7), seq bigint);"
 
 // eligible is the eligibility rule for alias a at @now.
 func eligible(a string) string {
@@ -98,13 +98,14 @@ func newQueries(n names) *queries {
 	// batch's transaction holds instead of writing a claim.
 	q.lockUnordered = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) " +
 		"WHERE o.lane IS NULL AND o.id > " + binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
-	// Head: the pending rows of one lane in id order. READPAST passes over writers'
-	// uncommitted inserts (not visible yet either way) instead of waiting for them.
+	// Head: the pending rows of one lane in seq order (the order they were inserted, see
+	// schema.go). READPAST passes over writers' uncommitted inserts (not visible yet
+	// either way) instead of waiting for them.
 	q.laneRun = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + skipLocked +
-		" WHERE o.status = 'pending' AND o.lane = @lane AND o.id > " + binParam("after") + " ORDER BY o.id"
-	// Every parked row of a keyed lane (few by design); Head keeps the smallest id per key
-	// in Go, comparing keys exactly whatever the column's collation.
-	q.parkedKeys = "SELECT ordering_key, id FROM " + t + " WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL"
+		" WHERE o.status = 'pending' AND o.lane = @lane AND o.seq > @after ORDER BY o.seq"
+	// Every parked row of a keyed lane (few by design); Head keeps the smallest seq per
+	// key in Go, comparing keys exactly whatever the column's collation.
+	q.parkedKeys = "SELECT ordering_key, seq FROM " + t + " WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL"
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 
@@ -223,7 +224,12 @@ func (q *queries) claim(hints, where string) string {
 }
 
 func (q *queries) claimUpdate(hints, where string) string {
-	return "WITH c AS (SELECT TOP (@n) * FROM " + q.outbox + " AS o " + hints + " WHERE " + where + " ORDER BY o.id)\n" +
+	return q.claimUpdateOrdered(hints, where, "o.id")
+}
+
+// claimUpdateOrdered is claimUpdate taking the first @n rows in the order of orderBy.
+func (q *queries) claimUpdateOrdered(hints, where, orderBy string) string {
+	return "WITH c AS (SELECT TOP (@n) * FROM " + q.outbox + " AS o " + hints + " WHERE " + where + " ORDER BY " + orderBy + ")\n" +
 		"UPDATE c SET claim_token = " + binParam("tok") + ", claim_expires_at = @until OUTPUT " +
 		prefixed("inserted.", selectCols) + " INTO @claimed;"
 }
@@ -241,9 +247,9 @@ func (q *queries) claimLaneBatch(hold bool) string {
 		"BEGIN TRANSACTION;\n" +
 		"SELECT @live = 1 FROM " + q.lanes + " AS l WITH (UPDLOCK, HOLDLOCK) WHERE l.lane = @lane AND l.token = " +
 		binParam("lease") + " AND l.expires_at > " + dbNow + ";\n" +
-		q.claimUpdate("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", "@live = 1 AND "+q.laneHead(hold)) + "\n" +
+		q.claimUpdateOrdered("WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)", "@live = 1 AND "+q.laneHead(hold), "o.seq") + "\n" +
 		"COMMIT TRANSACTION;\n" +
-		"SELECT " + selectCols + " FROM @claimed ORDER BY id;"
+		"SELECT " + selectCols + " FROM @claimed ORDER BY seq;"
 }
 
 func prefixed(p, cols string) string {
@@ -265,12 +271,12 @@ func (q *queries) laneHead(hold bool) string {
 		if !hold {
 			return ""
 		}
-		return " AND NOT EXISTS (SELECT 1 FROM " + q.outbox + " AS p WHERE p.lane = @lane AND p.status = 'parked' AND p.id < " +
-			a + ".id AND " + sameKey("p.ordering_key", a+".ordering_key") + ")"
+		return " AND NOT EXISTS (SELECT 1 FROM " + q.outbox + " AS p WHERE p.lane = @lane AND p.status = 'parked' AND p.seq < " +
+			a + ".seq AND " + sameKey("p.ordering_key", a+".ordering_key") + ")"
 	}
 	return "o.lane = @lane AND " + eligible("o") + held("o") +
-		" AND o.id < ALL (SELECT h.id FROM (SELECT TOP (@n) b.id, b.deliver_at, b.claim_expires_at FROM " + q.outbox +
-		" AS b WITH (READCOMMITTEDLOCK) WHERE b.lane = @lane AND b.status = 'pending'" + held("b") + " ORDER BY b.id) AS h" +
+		" AND o.seq < ALL (SELECT h.seq FROM (SELECT TOP (@n) b.seq, b.deliver_at, b.claim_expires_at FROM " + q.outbox +
+		" AS b WITH (READCOMMITTEDLOCK) WHERE b.lane = @lane AND b.status = 'pending'" + held("b") + " ORDER BY b.seq) AS h" +
 		" WHERE h.deliver_at > @now OR h.claim_expires_at > @now)"
 }
 

@@ -63,6 +63,7 @@ func createStatements(opts outbox.Options) []string {
 		"        status varchar(16) NOT NULL CONSTRAINT "+q(n.dfStatus)+" DEFAULT 'pending',\n"+
 		"        claim_token binary(16) NULL,\n"+
 		"        claim_expires_at datetimeoffset(7) NULL,\n"+
+		"        seq bigint IDENTITY(1,1) NOT NULL,\n"+
 		"        CONSTRAINT "+q(n.outboxPK)+" PRIMARY KEY CLUSTERED (id),\n"+
 		"        CONSTRAINT "+q(n.ckID)+" CHECK (id <> "+zeroBinary16+"),\n"+
 		"        CONSTRAINT "+q(n.ckLane)+" CHECK (lane >= 0),\n"+
@@ -83,9 +84,13 @@ func createStatements(opts outbox.Options) []string {
 			"    CREATE INDEX " + q(name) + " ON " + outbox + " " + def + ";"
 	}
 	stmts = append(stmts,
-		// Both hot reads: the head of one lane and the due unordered rows (lane IS NULL),
-		// in id order; eligibility is checked from the included columns.
+		// Both hot reads: the due unordered rows (lane IS NULL) in id order, and the head
+		// of one lane in seq order: the IDENTITY numbers a row when the publisher inserts
+		// it, at its commit, so a transaction that began after another committed, or
+		// waited for its lock, comes after it in its lane whatever the writers' clocks.
+		// Eligibility is checked from the included columns.
 		index(n.ixPending, "(lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending'"),
+		index(n.ixLaneSeq, "(lane, seq) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' AND lane IS NOT NULL"),
 		// Parked rows are few: listing them, and "park the key" claims looking for an
 		// earlier parked row of the same key in a lane.
 		index(n.ixParked, "(lane, id) INCLUDE (ordering_key) WHERE status = 'parked'"),

@@ -180,15 +180,15 @@ func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Recor
 	if err := q.Validate(s.opts.Lanes); err != nil {
 		return dst[:0], invalid(err)
 	}
-	var parked map[string]outbox.ID
+	var parked map[string]int64
 	if q.HoldParkedKeys {
 		var err error
 		if parked, err = s.parkedKeys(ctx, q.Lane); err != nil {
 			return dst[:0], wrap("head", err)
 		}
 	}
-	out, err := lanehead.Read(dst, q.Limit, parked, q.Now, func(dst []outbox.Record, after outbox.ID, limit int) ([]outbox.Record, error) {
-		return s.scanPage(ctx, dst, limit, s.q.laneRun, named("n", int64(limit)), named("after", after[:]), named("lane", int32(q.Lane)))
+	out, err := lanehead.Read(dst, q.Limit, parked, q.Now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+		return s.scanPage(ctx, dst, limit, s.q.laneRun, named("n", int64(limit)), named("after", after), named("lane", int32(q.Lane)))
 	})
 	return out, wrap("head", err)
 }
@@ -204,24 +204,22 @@ func (s *Store) scanPage(ctx context.Context, dst []outbox.Record, limit int, qu
 	return sqlrows.Append(rows, dst, limit, sc.scan)
 }
 
-// parkedKeys returns, per ordering key of lane, its smallest parked id.
-func (s *Store) parkedKeys(ctx context.Context, lane int) (map[string]outbox.ID, error) {
+// parkedKeys returns, per ordering key of lane, the smallest seq of its parked rows.
+func (s *Store) parkedKeys(ctx context.Context, lane int) (map[string]int64, error) {
 	rows, err := s.query(ctx, s.q.parkedKeys, named("lane", int32(lane)))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	m := make(map[string]outbox.ID)
-	var raw []byte
+	m := make(map[string]int64)
 	for rows.Next() {
 		var key string
-		if err := rows.Scan(&key, &raw); err != nil {
+		var seq int64
+		if err := rows.Scan(&key, &seq); err != nil {
 			return nil, err
 		}
-		var id outbox.ID
-		copy(id[:], raw)
-		if held, ok := m[key]; !ok || id.Compare(held) < 0 {
-			m[key] = id
+		if held, ok := m[key]; !ok || seq < held {
+			m[key] = seq
 		}
 	}
 	return m, rows.Err()
@@ -671,6 +669,7 @@ type rowScanner struct {
 	uuid, transport, dest, status string
 	key, typ, tenant, lastErr     sql.NullString
 	lane                          sql.NullInt64
+	seq                           int64
 	created, deliver              time.Time
 	expires                       sql.NullTime
 	attempts                      int64
@@ -683,7 +682,7 @@ func (s *Store) scanner() *rowScanner {
 	}
 	sc := &rowScanner{}
 	sc.dst = []any{&sc.id, &sc.uuid, &sc.lane, &sc.key, &sc.transport, &sc.dest, &sc.typ, &sc.headers, &sc.body,
-		&sc.tenant, &sc.created, &sc.deliver, &sc.attempts, &sc.lastErr, &sc.status, &sc.token, &sc.expires}
+		&sc.tenant, &sc.created, &sc.deliver, &sc.attempts, &sc.lastErr, &sc.status, &sc.token, &sc.expires, &sc.seq}
 	return sc
 }
 
@@ -696,6 +695,7 @@ func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	headers, body := r.Headers[:0], r.Body[:0]
 	*r = outbox.Record{
 		MessageUUID: sc.uuid,
+		Seq:         sc.seq,
 		Lane:        outbox.Unordered,
 		OrderingKey: sc.key.String,
 		Transport:   sc.transport,

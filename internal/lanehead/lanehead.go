@@ -8,16 +8,16 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// Keep filters recs[mark:] (pending rows of one lane in id order, just read) in place
-// and returns the new length of recs: rows of a parked key (an earlier parked row of the
-// same ordering key in parked) are passed over, and the run ends (stop) at the first row
+// Keep filters recs[mark:] (pending rows of one lane in lane order, Seq, just read) in
+// place and returns the new length of recs: rows of a parked key (a parked row of the
+// same ordering key with a smaller Seq in parked) are passed over, and the run ends (stop) at the first row
 // that is not due at now or holds a live claim, or once limit rows are kept. Records are
 // swapped, never copied, so each keeps its own buffers.
-func Keep(recs []outbox.Record, mark int, parked map[string]outbox.ID, now time.Time, limit int) (n int, stop bool) {
+func Keep(recs []outbox.Record, mark int, parked map[string]int64, now time.Time, limit int) (n int, stop bool) {
 	n = mark
 	for i := mark; i < len(recs); i++ {
 		r := &recs[i]
-		if held, ok := parked[r.OrderingKey]; ok && r.OrderingKey != "" && held.Compare(r.ID) < 0 {
+		if held, ok := parked[r.OrderingKey]; ok && r.OrderingKey != "" && held < r.Seq {
 			continue // its key is parked: neither returned nor holding the lane
 		}
 		if r.DeliverAt.After(now) || r.ClaimExpiresAt.After(now) {
@@ -34,18 +34,18 @@ func Keep(recs []outbox.Record, mark int, parked map[string]outbox.ID, now time.
 	return n, n == limit
 }
 
-// Pager appends to dst up to limit pending rows of the lane being read with an id above
-// after, in id order (one statement of the dialect).
-type Pager func(dst []outbox.Record, after outbox.ID, limit int) ([]outbox.Record, error)
+// Pager appends to dst up to limit pending rows of the lane being read with a Seq above
+// after, in Seq order (one statement of the dialect).
+type Pager func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error)
 
 // Read is the body of every dialect's Store.Head: pages of the lane's pending rows read
 // with page (Limit rows first; larger pages only when parked keys held rows of the last
 // one), cut by Keep at now. dst's storage is reused; on an error the rows kept so far
 // are returned with it.
-func Read(dst []outbox.Record, limit int, parked map[string]outbox.ID, now time.Time, page Pager) ([]outbox.Record, error) {
+func Read(dst []outbox.Record, limit int, parked map[string]int64, now time.Time, page Pager) ([]outbox.Record, error) {
 	out := dst[:0]
 	size := limit
-	var after outbox.ID
+	var after int64
 	for first := true; ; first = false {
 		if !first {
 			size = min(size*2, max(limit, 1024))
@@ -57,7 +57,7 @@ func Read(dst []outbox.Record, limit int, parked map[string]outbox.ID, now time.
 		}
 		read := len(out) - mark
 		if read > 0 {
-			after = out[len(out)-1].ID
+			after = out[len(out)-1].Seq
 		}
 		n, stop := Keep(out, mark, parked, now, limit)
 		out = out[:n]
@@ -65,43 +65,4 @@ func Read(dst []outbox.Record, limit int, parked map[string]outbox.ID, now time.
 			return out, nil
 		}
 	}
-}
-
-// LaneKey is an ordering key of one lane.
-type LaneKey struct {
-	Lane int
-	Key  string
-}
-
-// KeepLanes filters recs (pending rows of several lanes in id order, just read) in
-// place, as Keep does for each lane: per lane, rows of a parked key are passed over, and
-// the lane's run ends at its first row not due at now or holding a live claim, or once
-// limit of its rows are kept. Records are swapped, never copied.
-func KeepLanes(recs []outbox.Record, parked map[LaneKey]outbox.ID, now time.Time, limit int) []outbox.Record {
-	type state struct {
-		kept    int
-		stopped bool
-	}
-	lanes := make(map[int]state)
-	n := 0
-	for i := range recs {
-		r := &recs[i]
-		st := lanes[r.Lane]
-		if st.stopped {
-			continue
-		}
-		if held, ok := parked[LaneKey{r.Lane, r.OrderingKey}]; ok && r.OrderingKey != "" && held.Compare(r.ID) < 0 {
-			continue
-		}
-		if r.DeliverAt.After(now) || r.ClaimExpiresAt.After(now) || st.kept == limit {
-			lanes[r.Lane] = state{kept: st.kept, stopped: true}
-			continue
-		}
-		lanes[r.Lane] = state{kept: st.kept + 1}
-		if i != n {
-			recs[n], recs[i] = recs[i], recs[n]
-		}
-		n++
-	}
-	return recs[:n]
 }

@@ -26,6 +26,7 @@ BEGIN
         status varchar(16) NOT NULL CONSTRAINT [outbox_df_status] DEFAULT 'pending',
         claim_token binary(16) NULL,
         claim_expires_at datetimeoffset(7) NULL,
+        seq bigint IDENTITY(1,1) NOT NULL,
         CONSTRAINT [outbox_pk] PRIMARY KEY CLUSTERED (id),
         CONSTRAINT [outbox_ck_id] CHECK (id <> 0x00000000000000000000000000000000),
         CONSTRAINT [outbox_ck_lane] CHECK (lane >= 0),
@@ -40,6 +41,9 @@ END;
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_pending' AND object_id = OBJECT_ID(N'[dbo].[outbox]'))
     CREATE INDEX [outbox_ix_pending] ON [dbo].[outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending';
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_lane_seq' AND object_id = OBJECT_ID(N'[dbo].[outbox]'))
+    CREATE INDEX [outbox_ix_lane_seq] ON [dbo].[outbox] (lane, seq) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' AND lane IS NOT NULL;
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_parked' AND object_id = OBJECT_ID(N'[dbo].[outbox]'))
     CREATE INDEX [outbox_ix_parked] ON [dbo].[outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked';

@@ -29,6 +29,7 @@ BEGIN
         status varchar(16) NOT NULL CONSTRAINT [o]]'[_outbox_df_status] DEFAULT 'pending',
         claim_token binary(16) NULL,
         claim_expires_at datetimeoffset(7) NULL,
+        seq bigint IDENTITY(1,1) NOT NULL,
         CONSTRAINT [o]]'[_outbox_pk] PRIMARY KEY CLUSTERED (id),
         CONSTRAINT [o]]'[_outbox_ck_id] CHECK (id <> 0x00000000000000000000000000000000),
         CONSTRAINT [o]]'[_outbox_ck_lane] CHECK (lane >= 0),
@@ -43,6 +44,9 @@ END;
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'o]''[_outbox_ix_pending' AND object_id = OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox]'))
     CREATE INDEX [o]]'[_outbox_ix_pending] ON [sch]]ema'].[o]]'[_outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending';
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'o]''[_outbox_ix_lane_seq' AND object_id = OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox]'))
+    CREATE INDEX [o]]'[_outbox_ix_lane_seq] ON [sch]]ema'].[o]]'[_outbox] (lane, seq) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' AND lane IS NOT NULL;
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'o]''[_outbox_ix_parked' AND object_id = OBJECT_ID(N'[sch]]ema''].[o]]''[_outbox]'))
     CREATE INDEX [o]]'[_outbox_ix_parked] ON [sch]]ema'].[o]]'[_outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked';

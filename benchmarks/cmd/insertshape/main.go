@@ -80,6 +80,13 @@ type variant struct {
 	timeBin   bool // time.Time args
 	sendDel   bool // deliver_at named
 	pkLane    bool // PRIMARY KEY (lane, id), lane NOT NULL named (-1)
+	// keys (with pkLane) replaces the primary key clause and adds a database-assigned
+	// ordering column seq BIGINT AUTO_INCREMENT (issue 36's lane order).
+	keys string
+	// seqArg, when seqNamed, is the value every row gives seq: -1 (an unordered row,
+	// kept out of the lanes' order) or nil (assigned by AUTO_INCREMENT).
+	seqNamed bool
+	seqArg   any
 }
 
 func (v variant) ddl(table string) string {
@@ -93,6 +100,9 @@ func (v variant) ddl(table string) string {
 		d = strings.Replace(d, "lane             INT             NULL", "lane             INT             NOT NULL", 1)
 		d = strings.Replace(d, "CHECK (lane >= 0)", "CHECK (lane >= -1)", 1)
 	}
+	if v.keys != "" {
+		d = strings.Replace(d, "PRIMARY KEY (lane, id)", "seq BIGINT NOT NULL AUTO_INCREMENT,\n    "+v.keys, 1)
+	}
 	return d
 }
 
@@ -103,6 +113,9 @@ func (v variant) cols() []string {
 	}
 	if v.pkLane {
 		c = append(c, "lane")
+	}
+	if v.seqNamed {
+		c = append(c, "seq")
 	}
 	return c
 }
@@ -162,6 +175,9 @@ func (r *varRunner) insert(ctx context.Context, tx *sql.Tx, n int) error {
 			}
 			if r.v.pkLane {
 				args = append(args, -1)
+			}
+			if r.v.seqNamed {
+				args = append(args, r.v.seqArg)
 			}
 		}
 		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
@@ -260,6 +276,21 @@ func main() {
 	add("no CHECKs", func(v *variant) { v.checks = false })
 	add("status TINYINT", func(v *variant) { v.status = "TINYINT"; v.statusDef = "0" })
 	add("PK (lane, id)", func(v *variant) { v.pkLane = true; v.index = "" })
+	seq := func(name, keys string) {
+		add(name, func(v *variant) { v.pkLane = true; v.index = ""; v.keys = keys })
+	}
+	seq("seq: PK (lane, id), KEY (lane, seq), KEY (seq)", "PRIMARY KEY (lane, id), KEY ix_lane_seq (lane, seq), KEY ix_seq (seq)")
+	seq("seq: PK (lane, seq), KEY (seq)", "PRIMARY KEY (lane, seq), KEY ix_seq (seq)")
+	seq("seq: PK (lane, seq), KEY (seq), KEY (lane, id)", "PRIMARY KEY (lane, seq), KEY ix_seq (seq), KEY ix_id (lane, id)")
+	seq("seq: PK (seq)", "PRIMARY KEY (seq)")
+	add("seq: PK (lane, seq, id), KEY (seq), unordered rows (seq -1)", func(v *variant) {
+		v.pkLane, v.index, v.keys, v.seqNamed, v.seqArg = true, "", "PRIMARY KEY (lane, seq, id), KEY ix_seq (seq)", true, -1
+	})
+	add("seq: PK (lane, seq, id), KEY (seq), ordered rows (seq NULL)", func(v *variant) {
+		v.pkLane, v.index, v.keys, v.seqNamed, v.seqArg = true, "", "PRIMARY KEY (lane, seq, id), KEY ix_seq (seq)", true, nil
+	})
+	seq("seq: PK (lane, id), KEY (seq)", "PRIMARY KEY (lane, id), KEY ix_seq (seq)")
+	seq("seq: PK (seq), KEY (lane), KEY (lane, id)", "PRIMARY KEY (seq), KEY ix_lane (lane), KEY ix_id (lane, id)")
 	add("TINYINT status, index (lane, id), no CHECKs", func(v *variant) {
 		v.status = "TINYINT"
 		v.statusDef = "0"

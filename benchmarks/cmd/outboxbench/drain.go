@@ -345,7 +345,7 @@ func rawBatch(ctx context.Context, e *engine, t *outboxTable, sel string, pub me
 	var b strings.Builder
 	b.WriteString("DELETE FROM " + t.name() + " WHERE ")
 	if e.name == "mysql" {
-		b.WriteString("lane = -1 AND ")
+		b.WriteString("lane = -1 AND seq = -1 AND ")
 	}
 	b.WriteString("id IN (")
 	for i := range ids {

@@ -148,7 +148,7 @@ func (e *engine) unorderedLane() any {
 
 func (e *engine) unorderedWhere() string {
 	if e.name == "mysql" {
-		return "lane = -1"
+		return "lane = -1 AND seq = -1"
 	}
 	return "lane IS NULL"
 }
