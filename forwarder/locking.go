@@ -3,6 +3,7 @@ package forwarder
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -48,7 +49,11 @@ type lockClaimer struct {
 	bl       outbox.BatchLocker
 	wake     <-chan struct{}
 	limit    int           // rows per batch
+	window   int           // rows in flight at most (Config.InFlight)
 	slots    chan struct{} // one per open batch
+	// handed counts the rows handed over to a claim and still in flight (slow or hung
+	// messages): each holds one place of the window, never its batch's slot.
+	handed   atomic.Int64
 	settling sync.WaitGroup
 	idle     time.Duration
 	errDelay time.Duration
@@ -63,7 +68,7 @@ func newLockClaimer(f *Forwarder, bl outbox.BatchLocker, wake <-chan struct{}, w
 	cfg := &f.cfg
 	limit := min(cfg.ClaimBatch, window)
 	return &lockClaimer{
-		f: f, cfg: cfg, bl: bl, wake: wake, limit: limit,
+		f: f, cfg: cfg, bl: bl, wake: wake, limit: limit, window: window,
 		slots: make(chan struct{}, max(window/limit, 1)),
 		idle:  cfg.PollInterval, errDelay: cfg.PollInterval,
 	}
@@ -82,16 +87,24 @@ func (c *lockClaimer) run() {
 		case <-c.f.stopping:
 			return
 		}
+		limit := c.batchLimit()
+		if limit == 0 { // the window is taken by slow messages handed over to claims
+			<-c.slots
+			if !c.sleep(c.cfg.PollInterval) {
+				return
+			}
+			continue
+		}
 		after := c.cur.next(c.cfg.PollInterval)
-		ob, n, last, err := c.lockAndEmit(after)
+		ob, n, last, err := c.lockAndEmit(after, limit)
 		if ob != nil {
 			c.settling.Add(1)
 			go c.settleAndFree(ob)
 		} else {
 			<-c.slots
 		}
-		c.cur.advance(n == c.limit, last)
-		delay, again := c.nextDelay(n, after, err)
+		c.cur.advance(n == limit, last)
+		delay, again := c.nextDelay(n, limit, after, err)
 		if again {
 			continue
 		}
@@ -101,12 +114,18 @@ func (c *lockClaimer) run() {
 	}
 }
 
+// batchLimit is how many rows the next batch may lock: ClaimBatch, less the places of
+// the window that rows handed over to claims hold (0: none left).
+func (c *lockClaimer) batchLimit() int {
+	return max(min(c.limit, c.window-int(c.handed.Load())), 0)
+}
+
 // nextDelay says how long to wait before the next batch after one of n rows locked
-// after the cursor, or again for at once.
-func (c *lockClaimer) nextDelay(n int, after outbox.ID, err error) (delay time.Duration, again bool) {
+// (of limit) after the cursor, or again for at once.
+func (c *lockClaimer) nextDelay(n, limit int, after outbox.ID, err error) (delay time.Duration, again bool) {
 	cfg := c.cfg
 	switch {
-	case err == nil && n < c.limit && !after.IsZero():
+	case err == nil && n < limit && !after.IsZero():
 		return 0, true // the rest of the backlog may sit behind the cursor: sweep at once
 	case err != nil:
 		c.f.logger.Error("Locked batch of unordered rows failed; backing off (its rows are released by the rollback)", err,
@@ -121,7 +140,7 @@ func (c *lockClaimer) nextDelay(n int, after outbox.ID, err error) (delay time.D
 		return delay, false
 	}
 	c.errDelay, c.idle = cfg.PollInterval, cfg.PollInterval
-	if n == c.limit {
+	if n == limit {
 		return 0, true // more may be waiting
 	}
 	return cfg.PollInterval, false
@@ -155,9 +174,9 @@ func (c *lockClaimer) settleAndFree(ob *openBatch) {
 // lockAndEmit locks up to limit rows after the cursor and emits them. It returns the
 // batch to settle (nil when nothing is left to finish), the number of rows it locked and
 // the last one's ID.
-func (c *lockClaimer) lockAndEmit(after outbox.ID) (*openBatch, int, outbox.ID, error) {
+func (c *lockClaimer) lockAndEmit(after outbox.ID, limit int) (*openBatch, int, outbox.ID, error) {
 	f, cfg := c.f, c.cfg
-	lb, err := c.bl.LockBatch(f.hardCtx, outbox.LockParams{Limit: c.limit, Now: f.now(), After: after, Dst: c.recs})
+	lb, err := c.bl.LockBatch(f.hardCtx, outbox.LockParams{Limit: limit, Now: f.now(), After: after, Dst: c.recs})
 	if err != nil {
 		return nil, 0, outbox.ID{}, err
 	}
@@ -409,8 +428,15 @@ func (c *lockClaimer) finish(ob *openBatch, rest []emitted) error {
 		f.countFailed(&p.Failed[i])
 	}
 	if len(rest) > 0 {
+		// Settled apart, so that the batch's slot is free at once: slow or hung messages
+		// hold their claims and places of the window, not the next batches.
 		f.logger.Debug("Slow messages of a locked batch handed over to a claim", watermill.LogFields{"rows": len(rest)})
-		c.settleClaimed(rest, p.Token, p.Until)
+		c.handed.Add(int64(len(rest)))
+		c.settling.Add(1)
+		go func() {
+			defer c.settling.Done()
+			c.settleClaimed(rest, p.Token, p.Until)
+		}()
 	}
 	return nil
 }
@@ -443,8 +469,9 @@ func (c *lockClaimer) settleClaimed(rest []emitted, token outbox.Token, until ti
 	}
 }
 
-// settledClaimed takes a handed-over row out of the in-flight gauge.
+// settledClaimed takes a handed-over row out of the in-flight gauge and the window.
 func (c *lockClaimer) settledClaimed() {
+	c.handed.Add(-1)
 	c.f.counters[0].inFlight.Add(-1)
 	c.f.reportInFlight(outbox.Unordered)
 }
@@ -478,6 +505,7 @@ func (c *lockClaimer) abandonClaimed(rest []emitted, token outbox.Token) {
 	f := c.f
 	counters := &f.counters[0]
 	counters.inFlight.Add(int64(-len(rest)))
+	c.handed.Add(int64(-len(rest)))
 	f.reportInFlight(outbox.Unordered)
 	var acked, open []outbox.ID
 	for _, e := range rest {
