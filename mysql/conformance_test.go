@@ -127,8 +127,23 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 			return sql.OpenDB(c), nil
 		},
 		OpenCountingDB: func(connector bool) (*sql.DB, func() int64, error) { return openCounting(cfg, connector) },
+		AuditTriggers:  auditTriggers,
 		MaxParams:      65535,
 	}
+}
+
+// auditTriggers creates an application's audit on the rows table: one AFTER trigger
+// per event (MySQL triggers are FOR EACH ROW only), each inserting a row into audit.
+func auditTriggers(ctx context.Context, db *sql.DB, opts outbox.Options, audit string) (func(context.Context) error, error) {
+	table := mysql.QualifiedTable(opts, opts.OutboxTable())
+	for _, event := range []string{"INSERT", "UPDATE", "DELETE"} {
+		name := mysql.QualifiedTable(opts, opts.TablePrefix+"audit_"+strings.ToLower(event))
+		if _, err := db.ExecContext(ctx, "CREATE TRIGGER "+name+" AFTER "+event+" ON "+table+
+			" FOR EACH ROW INSERT INTO "+audit+" (op) VALUES ('"+event+"')"); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil // dropped with the table
 }
 
 func TestConformance(t *testing.T) {

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strings"
@@ -36,8 +37,35 @@ func harness(t testing.TB) outboxtest.Harness {
 		OpenDB:          func() (*sql.DB, error) { return openWith(dsn, "") },
 		OpenConnectorDB: func() (*sql.DB, error) { return postgres.OpenDB(dsn) },
 		OpenCountingDB:  func(connector bool) (*sql.DB, func() int64, error) { return openCounting(dsn, connector) },
+		AuditTriggers:   auditTriggers,
 		MaxParams:       65535,
 	}
+}
+
+// auditTriggers creates an application's audit on the rows table: a trigger function
+// inserting TG_OP into audit, run by an AFTER trigger for each row and by one for each
+// statement (which fires also when the statement changes no row).
+func auditTriggers(ctx context.Context, db *sql.DB, opts outbox.Options, audit string) (func(context.Context) error, error) {
+	table := postgres.QualifiedTable(opts, opts.OutboxTable())
+	fn := postgres.QualifiedTable(opts, opts.TablePrefix+"audit_fn")
+	stmts := []string{
+		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO " + audit +
+			" (op) VALUES (TG_OP); RETURN NULL; END $$",
+		`CREATE TRIGGER "` + opts.TablePrefix + `audit_row" AFTER INSERT OR UPDATE OR DELETE ON ` + table +
+			" FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
+		`CREATE TRIGGER "` + opts.TablePrefix + `audit_statement" AFTER INSERT OR UPDATE OR DELETE ON ` + table +
+			" FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()",
+	}
+	drop := func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, "DROP FUNCTION IF EXISTS "+fn+"() CASCADE")
+		return err
+	}
+	for _, stmt := range stmts {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return drop, err
+		}
+	}
+	return drop, nil
 }
 
 func TestConformance(t *testing.T) {

@@ -67,7 +67,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	if limit <= 0 {
 		return 0, ctx.Err()
 	}
-	n, err := s.exec(ctx, s.q.inboxPrune, named("limit", int64(limit)), named("before", before.UTC()))
+	n, err := s.changed(ctx, s.q.inboxPrune, named("limit", int64(limit)), named("before", before.UTC()))
 	return n, wrap("prune inbox", err)
 }
 
@@ -100,7 +100,7 @@ func (s *Store) AcquireInboxLease(ctx context.Context, l outbox.InboxLeaseParams
 	if err := outbox.CheckInboxLease(l); err != nil {
 		return false, fmt.Errorf("sqlserver: %w", err)
 	}
-	n, err := s.exec(ctx, s.q.inboxAcquire, named("owner", l.Owner), named("tok", l.Token[:]),
+	n, err := s.changed(ctx, s.q.inboxAcquire, named("owner", l.Owner), named("tok", l.Token[:]),
 		named("now", l.Now.UTC()), named("until", l.Until.UTC()))
 	return n > 0, wrap("acquire inbox lease", err)
 }
@@ -110,6 +110,6 @@ func (s *Store) ReleaseInboxLease(ctx context.Context, token outbox.Token) (bool
 	if token.IsZero() {
 		return false, nil
 	}
-	n, err := s.exec(ctx, s.q.inboxRelease, named("tok", token[:]))
+	n, err := s.changed(ctx, s.q.inboxRelease, named("tok", token[:]))
 	return n > 0, wrap("release inbox lease", err)
 }

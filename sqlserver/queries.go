@@ -43,11 +43,33 @@ func eligible(a string) string {
 // whichever way the database is set.
 const skipLocked = "WITH (READPAST, READCOMMITTEDLOCK)"
 
-// counted prefixes a statement whose affected-row count the store reports. A server
-// whose 'user options' turn NOCOUNT on for every session would otherwise make every
-// change report 0 rows (go-mssqldb takes the count from the DONE tokens NOCOUNT strips):
-// completions, renewals and lease acquisitions would all look refused.
-func counted(stmt string) string { return "SET NOCOUNT OFF;\n" + stmt }
+// counted turns one INSERT, UPDATE, DELETE or MERGE whose row count the store reports
+// into a batch that returns the count as data: its OUTPUT clause writes one row per
+// changed row into @changed, and the batch ends with SELECT COUNT_BIG(*) of it. The
+// count cannot come from the server's DONE tokens: go-mssqldb adds up those of every
+// statement of the request, including the statements of triggers on the table (an
+// audit trigger would double a Complete's count, and the forwarder would read a lane's
+// fenced delete as a lost lease), and a trigger doing DML of its own even when the
+// statement changed nothing would make a refused Fail look done. NOCOUNT is on, so no
+// statement sends a count at all, whatever the server's 'user options' say. OUTPUT
+// goes INTO a table variable because a bare OUTPUT is refused (error 334) on a table
+// with enabled triggers.
+//
+// The OUTPUT clause goes before the statement's first " WHERE " (UPDATE and DELETE;
+// none of their SET clauses holds one), or at the end (a MERGE, before its ";", and a
+// DELETE through a CTE, whose WHERE is the CTE's).
+func counted(stmt string) string {
+	const output = " OUTPUT 1 INTO @changed"
+	switch i := strings.Index(stmt, " WHERE "); {
+	case strings.HasPrefix(stmt, "MERGE "), strings.HasPrefix(stmt, "WITH "):
+		stmt = strings.TrimSuffix(stmt, ";") + output + ";"
+	case i >= 0:
+		stmt = stmt[:i] + output + stmt[i:] + ";"
+	default:
+		stmt += output + ";"
+	}
+	return "SET NOCOUNT ON;\nDECLARE @changed TABLE (n int NOT NULL);\n" + stmt + "\nSELECT COUNT_BIG(*) FROM @changed;"
+}
 
 func binParam(name string) string { return "CAST(@" + name + " AS binary(16))" }
 
@@ -108,24 +130,24 @@ func newQueries(n names) *queries {
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 
-	failSQL := counted("UPDATE ") + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
+	failSQL := "UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
 		"WHERE id = " + binParam("id") + " AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now AND status = 'pending'"
-	q.fail = failSQL
+	q.fail = counted(failSQL)
 	// A locked batch's failure: the batch holds the row's lock, so no claim to check.
 	q.lockedFail = "UPDATE " + t + " WITH (ROWLOCK) SET attempts = attempts + 1, last_error = @err, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = " + binParam("id")
-	q.failFenced = failSQL + " AND lane = @lane AND " + q.liveLease()
+	q.failFenced = counted(failSQL + " AND lane = @lane AND " + q.liveLease())
 	// A head row's failure (read with Head): fenced by the lease alone.
-	q.failLane = counted("UPDATE ") + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
+	q.failLane = counted("UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
-		"WHERE id = " + binParam("id") + " AND status = 'pending' AND lane = @lane AND " + q.liveLease()
+		"WHERE id = " + binParam("id") + " AND status = 'pending' AND lane = @lane AND " + q.liveLease())
 
-	q.park = counted("UPDATE ") + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
-		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)"
+	q.park = counted("UPDATE " + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
+		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)")
 
 	q.count = "SELECT COUNT_BIG(*) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o")
 	// One statement, so the lanes and the parked count come from one read.
@@ -146,27 +168,27 @@ func newQueries(n names) *queries {
 	q.parkedKey = parked + " AND " + sameKey("o.ordering_key", "@key") + " ORDER BY o.id"
 	q.parkedNullKey = parked + " AND o.ordering_key IS NULL ORDER BY o.id"
 
-	requeue := counted("UPDATE ") + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	requeue := "UPDATE " + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked'"
-	q.requeueAll = requeue
-	q.requeueKey = requeue + " AND " + sameKey("ordering_key", "@key")
-	q.requeueNullKey = requeue + " AND ordering_key IS NULL"
-	purge := counted("DELETE FROM ") + t + " WHERE status = 'parked'"
-	q.purgeAll = purge
-	q.purgeKey = purge + " AND " + sameKey("ordering_key", "@key")
-	q.purgeNullKey = purge + " AND ordering_key IS NULL"
+	q.requeueAll = counted(requeue)
+	q.requeueKey = counted(requeue + " AND " + sameKey("ordering_key", "@key"))
+	q.requeueNullKey = counted(requeue + " AND ordering_key IS NULL")
+	purge := "DELETE FROM " + t + " WHERE status = 'parked'"
+	q.purgeAll = counted(purge)
+	q.purgeKey = counted(purge + " AND " + sameKey("ordering_key", "@key"))
+	q.purgeNullKey = counted(purge + " AND ordering_key IS NULL")
 
 	// HOLDLOCK makes the MERGE an atomic upsert: two acquirers of a free lane cannot
 	// both insert (one waits, then sees the other's live lease).
 	// Lease and heartbeat expiries are set and compared on the server's clock (dbNow,
 	// dbUntil: @ttl milliseconds from it), never on a caller's.
-	q.acquireLease = counted("MERGE ") + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
+	q.acquireLease = counted("MERGE " + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
 		"WHEN MATCHED AND (l.expires_at <= " + dbNow + " OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.token = " + binParam("tok") + " AND l.expires_at > " + dbUntil + " THEN l.expires_at ELSE " + dbUntil + " END " +
-		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", " + dbUntil + ");"
-	q.renewLease = counted("UPDATE ") + q.lanes + " SET expires_at = CASE WHEN expires_at < " + dbUntil + " THEN " + dbUntil + " ELSE expires_at END " +
-		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > " + dbNow
-	q.releaseLease = counted("DELETE FROM ") + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok")
+		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", " + dbUntil + ");")
+	q.renewLease = counted("UPDATE " + q.lanes + " SET expires_at = CASE WHEN expires_at < " + dbUntil + " THEN " + dbUntil + " ELSE expires_at END " +
+		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > " + dbNow)
+	q.releaseLease = counted("DELETE FROM " + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok"))
 	q.leases = "SELECT lane, owner, token, expires_at, CAST(CASE WHEN expires_at > " + dbNow + " THEN 1 ELSE 0 END AS bit) FROM " + q.lanes + " ORDER BY lane"
 
 	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT @owner AS owner) AS s ON n.owner = s.owner " +
@@ -189,14 +211,14 @@ func newQueries(n names) *queries {
 	q.inboxDuplicate = "UPDATE " + inbox + " SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid"
 	// Oldest first (DELETE TOP alone takes any rows): the batch is a CTE ordered by the
 	// age index; READPAST passes over entries an open transaction holds.
-	q.inboxPrune = counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM ") + inbox +
-		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch"
+	q.inboxPrune = counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM " + inbox +
+		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch")
 	q.inboxStats = "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " GROUP BY consumer"
-	q.inboxAcquire = counted("MERGE ") + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
+	q.inboxAcquire = counted("MERGE " + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
 		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END " +
-		"WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, " + binParam("tok") + ", @until);"
-	q.inboxRelease = counted("DELETE FROM ") + lease + " WHERE name = 'retention' AND token = " + binParam("tok")
+		"WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, " + binParam("tok") + ", @until);")
+	q.inboxRelease = counted("DELETE FROM " + lease + " WHERE name = 'retention' AND token = " + binParam("tok"))
 	return q
 }
 
@@ -292,7 +314,7 @@ func idList(n int) string {
 // lease. The CASE never shortens; SQL Server counts every matched row as affected, also
 // those whose expiry stays, which is what Renew reports.
 func (q *queries) renew(n int, fenced bool) string {
-	s := counted("UPDATE ") + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
+	s := "UPDATE " + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
 		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
 	if n > 0 {
 		s += " AND id IN (" + idList(n) + ")"
@@ -300,13 +322,13 @@ func (q *queries) renew(n int, fenced bool) string {
 	if fenced {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
-	return s
+	return counted(s)
 }
 
 // release gives back the live claims of @tok (among n ids when n > 0) without counting
 // an attempt; fenced adds the lane lease.
 func (q *queries) release(n int, fenced bool) string {
-	s := counted("UPDATE ") + q.outbox + " SET claim_token = NULL, claim_expires_at = NULL " +
+	s := "UPDATE " + q.outbox + " SET claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
 	if n > 0 {
 		s += " AND id IN (" + idList(n) + ")"
@@ -314,23 +336,23 @@ func (q *queries) release(n int, fenced bool) string {
 	if fenced {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
-	return s
+	return counted(s)
 }
 
 // completeLane deletes the pending rows of @lane among n ids, fenced by the lease alone
 // (a lane run read with Head).
 func (q *queries) completeLane(n int) string {
-	return counted("DELETE FROM ") + q.outbox + " WHERE id IN (" + idList(n) + ") AND status = 'pending' AND lane = @lane AND " + q.liveLease()
+	return counted("DELETE FROM " + q.outbox + " WHERE id IN (" + idList(n) + ") AND status = 'pending' AND lane = @lane AND " + q.liveLease())
 }
 
 // complete deletes the rows among n ids whose live claim is @tok.
 func (q *queries) complete(n int, fenced bool) string {
-	s := counted("DELETE FROM ") + q.outbox + " WHERE id IN (" + idList(n) + ") AND claim_token = " + binParam("tok") +
+	s := "DELETE FROM " + q.outbox + " WHERE id IN (" + idList(n) + ") AND claim_token = " + binParam("tok") +
 		" AND claim_expires_at > @now"
 	if fenced {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
-	return s
+	return counted(s)
 }
 
 // lockedDelete deletes n rows of a locked batch (the batch holds their locks).
@@ -345,12 +367,12 @@ func (q *queries) lockedClaim(n int) string {
 }
 
 func (q *queries) requeueIDs(n int) string {
-	return counted("UPDATE ") + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
-		"WHERE status = 'parked' AND id IN (" + idList(n) + ")"
+	return counted("UPDATE " + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+		"WHERE status = 'parked' AND id IN (" + idList(n) + ")")
 }
 
 func (q *queries) purgeIDs(n int) string {
-	return counted("DELETE FROM ") + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")"
+	return counted("DELETE FROM " + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")")
 }
 
 // insert returns a multi-row INSERT of rows rows with positional parameters @p1...

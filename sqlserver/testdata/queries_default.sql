@@ -38,48 +38,74 @@ UPDATE [dbo].[outbox] WITH (ROWLOCK) SET claim_token = CAST(@tok AS binary(16)),
 
 UPDATE [dbo].[outbox] WITH (ROWLOCK) SET attempts = attempts + 1, last_error = @err, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = CAST(@id AS binary(16))
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END OUTPUT 1 INTO @changed WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now;
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME())
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END OUTPUT 1 INTO @changed WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)), CAST(@i3 AS binary(16)))
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END OUTPUT 1 INTO @changed WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)), CAST(@i3 AS binary(16)));
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)), CAST(@i3 AS binary(16))) AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME())
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END OUTPUT 1 INTO @changed WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)), CAST(@i3 AS binary(16))) AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET claim_token = NULL, claim_expires_at = NULL WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now;
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET claim_token = NULL, claim_expires_at = NULL WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME())
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE claim_token IS NOT NULL AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox] WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox] OUTPUT 1 INTO @changed WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now;
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox] WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME())
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox] OUTPUT 1 INTO @changed WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = CAST(@id AS binary(16)) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND status = 'pending'
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END OUTPUT 1 INTO @changed WHERE id = CAST(@id AS binary(16)) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND status = 'pending';
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = CAST(@id AS binary(16)) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND status = 'pending' AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME())
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END OUTPUT 1 INTO @changed WHERE id = CAST(@id AS binary(16)) AND claim_token = CAST(@tok AS binary(16)) AND claim_expires_at > @now AND status = 'pending' AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL WHERE id = CAST(@id AS binary(16)) AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE id = CAST(@id AS binary(16)) AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now);
+SELECT COUNT_BIG(*) FROM @changed;
 
 SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.status = 'pending' AND o.lane = @lane AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
 
 SELECT ordering_key, id FROM [dbo].[outbox] WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox] WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND status = 'pending' AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME())
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox] OUTPUT 1 INTO @changed WHERE id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16))) AND status = 'pending' AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = CAST(@id AS binary(16)) AND status = 'pending' AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME())
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END OUTPUT 1 INTO @changed WHERE id = CAST(@id AS binary(16)) AND status = 'pending' AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
+SELECT COUNT_BIG(*) FROM @changed;
 
 SELECT COUNT_BIG(*) FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now)
 
@@ -93,38 +119,60 @@ SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, me
 
 SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND o.ordering_key IS NULL ORDER BY o.id
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked';
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key)
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key);
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND ordering_key IS NULL
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND ordering_key IS NULL;
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)));
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox] WHERE status = 'parked'
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox] OUTPUT 1 INTO @changed WHERE status = 'parked';
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox] WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key)
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox] OUTPUT 1 INTO @changed WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key);
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox] WHERE status = 'parked' AND ordering_key IS NULL
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox] OUTPUT 1 INTO @changed WHERE status = 'parked' AND ordering_key IS NULL;
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox] WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox] OUTPUT 1 INTO @changed WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)));
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-MERGE [dbo].[outbox_lanes] WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane WHEN MATCHED AND (l.expires_at <= SYSUTCDATETIME() OR l.token = CAST(@tok AS binary(16))) THEN UPDATE SET owner = @owner, token = CAST(@tok AS binary(16)), expires_at = CASE WHEN l.token = CAST(@tok AS binary(16)) AND l.expires_at > DATEADD(millisecond, @ttl, SYSUTCDATETIME()) THEN l.expires_at ELSE DATEADD(millisecond, @ttl, SYSUTCDATETIME()) END WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, CAST(@tok AS binary(16)), DATEADD(millisecond, @ttl, SYSUTCDATETIME()));
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+MERGE [dbo].[outbox_lanes] WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane WHEN MATCHED AND (l.expires_at <= SYSUTCDATETIME() OR l.token = CAST(@tok AS binary(16))) THEN UPDATE SET owner = @owner, token = CAST(@tok AS binary(16)), expires_at = CASE WHEN l.token = CAST(@tok AS binary(16)) AND l.expires_at > DATEADD(millisecond, @ttl, SYSUTCDATETIME()) THEN l.expires_at ELSE DATEADD(millisecond, @ttl, SYSUTCDATETIME()) END WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, CAST(@tok AS binary(16)), DATEADD(millisecond, @ttl, SYSUTCDATETIME())) OUTPUT 1 INTO @changed;
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-UPDATE [dbo].[outbox_lanes] SET expires_at = CASE WHEN expires_at < DATEADD(millisecond, @ttl, SYSUTCDATETIME()) THEN DATEADD(millisecond, @ttl, SYSUTCDATETIME()) ELSE expires_at END WHERE lane = @lane AND token = CAST(@tok AS binary(16)) AND expires_at > SYSUTCDATETIME()
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+UPDATE [dbo].[outbox_lanes] SET expires_at = CASE WHEN expires_at < DATEADD(millisecond, @ttl, SYSUTCDATETIME()) THEN DATEADD(millisecond, @ttl, SYSUTCDATETIME()) ELSE expires_at END OUTPUT 1 INTO @changed WHERE lane = @lane AND token = CAST(@tok AS binary(16)) AND expires_at > SYSUTCDATETIME();
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[outbox_lanes] WHERE lane = @lane AND token = CAST(@tok AS binary(16))
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[outbox_lanes] OUTPUT 1 INTO @changed WHERE lane = @lane AND token = CAST(@tok AS binary(16));
+SELECT COUNT_BIG(*) FROM @changed;
 
 SELECT lane, owner, token, expires_at, CAST(CASE WHEN expires_at > SYSUTCDATETIME() THEN 1 ELSE 0 END AS bit) FROM [dbo].[outbox_lanes] ORDER BY lane
 
@@ -147,13 +195,19 @@ INSERT INTO [dbo].[inbox] (consumer, message_uuid, processed_at) VALUES (@consum
 
 UPDATE [dbo].[inbox] SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid
 
-SET NOCOUNT OFF;
-WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch OUTPUT 1 INTO @changed;
+SELECT COUNT_BIG(*) FROM @changed;
 
 SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM [dbo].[inbox] GROUP BY consumer
 
-SET NOCOUNT OFF;
-MERGE [dbo].[inbox_lease] WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name WHEN MATCHED AND (l.expires_at <= @now OR l.token = CAST(@tok AS binary(16))) THEN UPDATE SET owner = @owner, token = CAST(@tok AS binary(16)), expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, CAST(@tok AS binary(16)), @until);
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+MERGE [dbo].[inbox_lease] WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name WHEN MATCHED AND (l.expires_at <= @now OR l.token = CAST(@tok AS binary(16))) THEN UPDATE SET owner = @owner, token = CAST(@tok AS binary(16)), expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, CAST(@tok AS binary(16)), @until) OUTPUT 1 INTO @changed;
+SELECT COUNT_BIG(*) FROM @changed;
 
-SET NOCOUNT OFF;
-DELETE FROM [dbo].[inbox_lease] WHERE name = 'retention' AND token = CAST(@tok AS binary(16))
+SET NOCOUNT ON;
+DECLARE @changed TABLE (n int NOT NULL);
+DELETE FROM [dbo].[inbox_lease] OUTPUT 1 INTO @changed WHERE name = 'retention' AND token = CAST(@tok AS binary(16));
+SELECT COUNT_BIG(*) FROM @changed;
