@@ -73,7 +73,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 
 // InboxStats returns the entries and oldest instant per consumer.
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
-	rows, err := s.query(ctx, s.q.inboxStats)
+	rows, err := s.query(ctx, s.q.inboxStats, named("scope", int32(0)))
 	if err != nil {
 		return outbox.InboxStats{}, wrap("inbox stats", inboxSchemaHint(err, s.q.inbox))
 	}

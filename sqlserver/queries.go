@@ -43,6 +43,13 @@ func eligible(a string) string {
 // whichever way the database is set.
 const skipLocked = "WITH (READPAST, READCOMMITTEDLOCK)"
 
+// readCommitted pins a batch's isolation level. READPAST is refused (error 650) under
+// SERIALIZABLE and SNAPSHOT, and a pooled session may carry either: a SessionInitSQL,
+// an application's transaction that set it, or a server default. SET TRANSACTION
+// ISOLATION LEVEL inside a batch that go-mssqldb sends through sp_executesql (any batch
+// with arguments) ends with the batch, so the session keeps its own level.
+const readCommitted = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n"
+
 // counted turns one INSERT, UPDATE, DELETE or MERGE whose row count the store reports
 // into a batch that returns the count as data: its OUTPUT clause writes one row per
 // changed row into @changed, and the batch ends with SELECT COUNT_BIG(*) of it. The
@@ -108,25 +115,38 @@ func newQueries(n names) *queries {
 	q := &queries{outbox: s + quoteIdent(n.outbox), lanes: s + quoteIdent(n.lanes), nodes: s + quoteIdent(n.nodes)}
 	t := q.outbox
 
-	// READPAST: a read or count does not wait for writers' open transactions (their rows
-	// are not committed, so not eligible) nor for rows being claimed.
-	read := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + skipLocked + " WHERE %s AND o.id > " +
-		binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
-	q.readUnordered = strings.Replace(read, "%s", "o.lane IS NULL", 1)
-	q.readLane = strings.Replace(read, "%s", "o.lane = @lane", 1)
+	// READPAST: an unordered read or a count does not wait for writers' open
+	// transactions (their rows are not committed, so not eligible) nor for rows being
+	// claimed. A lane's read never skips (see laneRun): it waits for its locked rows.
+	read := func(hints, lane string) string {
+		return readCommitted + "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + hints + " WHERE " + lane +
+			" AND o.id > " + binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
+	}
+	q.readUnordered = read(skipLocked, "o.lane IS NULL")
+	q.readLane = read("WITH (READCOMMITTEDLOCK)", "o.lane = @lane")
 
 	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", "o.lane IS NULL AND o.id > "+binParam("after")+" AND "+eligible("o"))
 	// LockBatch's read: the same rows as an unordered claim, whose update locks the
 	// batch's transaction holds instead of writing a claim.
 	q.lockUnordered = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) " +
 		"WHERE o.lane IS NULL AND o.id > " + binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
-	// Head: the pending rows of one lane in id order. READPAST passes over writers'
-	// uncommitted inserts (not visible yet either way) instead of waiting for them.
-	q.laneRun = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + skipLocked +
+	// Head: the pending rows of one lane in id order. No READPAST, on purpose: a lane's
+	// head row that another session has locked must hold the lane, never be skipped.
+	// Skipping it would send the rows behind it first: the old owner's fenced delete or
+	// Fail of that row during a takeover (it may roll back and the row stay), an
+	// operator's Park or Requeue, or a writer's row not committed yet that will sort
+	// before the rows after it. So the read waits for the lock, as the ordered claim does
+	// (laneHead); READCOMMITTEDLOCK makes it a locking read under
+	// READ_COMMITTED_SNAPSHOT too, so it never returns a version the lock holder is
+	// about to replace.
+	q.laneRun = readCommitted + "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (READCOMMITTEDLOCK)" +
 		" WHERE o.status = 'pending' AND o.lane = @lane AND o.id > " + binParam("after") + " ORDER BY o.id"
 	// Every parked row of a keyed lane (few by design); Head keeps the smallest id per key
-	// in Go, comparing keys exactly whatever the column's collation.
-	q.parkedKeys = "SELECT ordering_key, id FROM " + t + " WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL"
+	// in Go, comparing keys exactly whatever the column's collation. No READPAST either:
+	// a parked row skipped while it is locked would let its key's later rows go. It
+	// seeks the parked index, which writers' inserts (pending rows) never lock; only
+	// Park, Requeue and Purge do, briefly.
+	q.parkedKeys = readCommitted + "SELECT ordering_key, id FROM " + t + " WITH (READCOMMITTEDLOCK) WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL"
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 
@@ -149,19 +169,27 @@ func newQueries(n names) *queries {
 	q.park = counted("UPDATE " + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)")
 
-	q.count = "SELECT COUNT_BIG(*) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o")
+	q.count = readCommitted + "SELECT COUNT_BIG(*) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o")
 	// One statement, so the lanes and the parked count come from one read.
-	q.stats = "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o") +
+	q.stats = readCommitted + "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o") +
 		" GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM " + t + " AS p " + skipLocked + " WHERE p.status = 'parked'"
-	// Each half is the last entry of a filtered index. No READPAST: this is the
-	// forwarder's check that no row lies beyond its lane count, and skipping a locked
-	// last entry (a row of the highest lane being claimed, completed or failed) would
-	// report a lower lane and let a misconfigured forwarder start. It may wait for a
-	// writer's open transaction instead (not under READ_COMMITTED_SNAPSHOT).
-	// MIN(lane) of the pending rows above @after: one seek of the lane index.
-	q.nextPendingLane = "SELECT MIN(lane) FROM " + t + " WHERE status = 'pending' AND lane > @after"
-	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WHERE status = 'pending' " +
-		"UNION ALL SELECT MAX(lane) FROM " + t + " WHERE status = 'parked') AS m"
+	// The lane scout's probe: MIN(lane) of the pending rows above @after, one seek of
+	// the lane index. READPAST: it never waits behind a writer's open transaction (under
+	// locking READ COMMITTED, the on-premises default, it would, and stall the scout for
+	// as long as the writer's business transaction lasts). A lane whose rows are all
+	// locked at that instant is found by the next probe; the lane's worker, when it
+	// holds the lane, reads it on its own anyway.
+	q.nextPendingLane = readCommitted + "SELECT MIN(lane) FROM " + t + " " + skipLocked + " WHERE status = 'pending' AND lane > @after"
+	// Each half is the last entry of a filtered index. READUNCOMMITTED (no locks taken,
+	// none waited for): this is the forwarder's check that no row lies beyond its lane
+	// count, and the safe error is to see too much. Skipping a locked last entry
+	// (READPAST: a row of the highest lane being claimed, completed or failed) would
+	// report a lower lane and let a misconfigured forwarder start; waiting (a plain read
+	// under locking READ COMMITTED) would stall the start behind a writer's open
+	// transaction. A writer's uncommitted row counts: written with more lanes than the
+	// forwarder has, it is the misconfiguration looked for.
+	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'pending' " +
+		"UNION ALL SELECT MAX(lane) FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'parked') AS m"
 
 	parked := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
 	q.parkedAny = parked + " ORDER BY o.id"
@@ -211,9 +239,13 @@ func newQueries(n names) *queries {
 	q.inboxDuplicate = "UPDATE " + inbox + " SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid"
 	// Oldest first (DELETE TOP alone takes any rows): the batch is a CTE ordered by the
 	// age index; READPAST passes over entries an open transaction holds.
-	q.inboxPrune = counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM " + inbox +
+	q.inboxPrune = readCommitted + counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM "+inbox+
 		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch")
-	q.inboxStats = "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " GROUP BY consumer"
+	// READPAST: the handlers' open transactions hold their new entries' locks for as
+	// long as the handlers run; their entries are not applied yet, and the stats are not
+	// held up by them. @scope is unused: an argument makes go-mssqldb send the batch
+	// through sp_executesql, so readCommitted ends with it (see readCommitted).
+	q.inboxStats = readCommitted + "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " " + skipLocked + " GROUP BY consumer"
 	q.inboxAcquire = counted("MERGE " + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
 		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END " +

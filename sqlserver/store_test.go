@@ -114,7 +114,7 @@ func TestCountedStatements(t *testing.T) {
 		q.acquireLease, q.renewLease, q.releaseLease,
 		q.inboxPrune, q.inboxAcquire, q.inboxRelease,
 	} {
-		lines := strings.Split(stmt, "\n")
+		lines := strings.Split(strings.TrimPrefix(stmt, readCommitted), "\n")
 		if len(lines) != 4 || lines[0] != "SET NOCOUNT ON;" || lines[1] != "DECLARE @changed TABLE (n int NOT NULL);" ||
 			lines[3] != "SELECT COUNT_BIG(*) FROM @changed;" || strings.Count(lines[2], " OUTPUT 1 INTO @changed") != 1 {
 			t.Errorf("statement does not select its own count:\n%s", stmt)
@@ -152,5 +152,64 @@ func TestSameKeyComparesLength(t *testing.T) {
 	want := "CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key)"
 	if got != want {
 		t.Fatalf("sameKey = %s\nwant      %s", got, want)
+	}
+}
+
+// Every statement with READPAST pins READ COMMITTED first (READPAST is refused under
+// SERIALIZABLE and SNAPSHOT, error 650, which a pooled session may carry), except
+// LockBatch's read, whose transaction is begun READ COMMITTED. Each has parameters,
+// so that go-mssqldb sends it through sp_executesql and the SET ends with it
+// (InboxStats passes an unused @scope for that).
+func TestReadPastPinsReadCommitted(t *testing.T) {
+	q := newQueries(newNames(outbox.Options{}))
+	for _, stmt := range allQueries(q) {
+		if !strings.Contains(stmt, "READPAST") || stmt == q.lockUnordered {
+			continue
+		}
+		if !strings.HasPrefix(stmt, readCommitted) {
+			t.Errorf("READPAST without READ COMMITTED pinned first:\n%s", stmt)
+		}
+		if !strings.Contains(stmt, "@") && stmt != q.inboxStats {
+			t.Errorf("statement without parameters: its SET would outlive it on the session:\n%s", stmt)
+		}
+	}
+}
+
+// A lane's reads never skip a locked row (issue 36, 42): Head's run and parked-key
+// reads, Read of a lane and the ordered claims read without READPAST, so a head row
+// another session has locked holds the lane instead of letting the rows behind it go
+// first. The unordered claim and LockBatch do skip.
+func TestLaneReadsNeverSkipLockedRows(t *testing.T) {
+	q := newQueries(newNames(outbox.Options{}))
+	for name, stmt := range map[string]string{
+		"laneRun": q.laneRun, "parkedKeys": q.parkedKeys, "readLane": q.readLane,
+		"claimLane": q.claimLane, "claimLaneHold": q.claimLaneHold,
+	} {
+		if strings.Contains(stmt, "READPAST") {
+			t.Errorf("%s skips locked rows:\n%s", name, stmt)
+		}
+		if !strings.Contains(stmt, "READCOMMITTEDLOCK") {
+			t.Errorf("%s is not a locking read (under READ_COMMITTED_SNAPSHOT it would read past a lock holder's change):\n%s", name, stmt)
+		}
+	}
+	for name, stmt := range map[string]string{"claimUnordered": q.claimUnordered, "lockUnordered": q.lockUnordered, "readUnordered": q.readUnordered} {
+		if !strings.Contains(stmt, "READPAST") {
+			t.Errorf("%s does not skip locked rows:\n%s", name, stmt)
+		}
+	}
+}
+
+// The probes that must not wait behind writers' open transactions under locking READ
+// COMMITTED: the lane scout's and the inbox stats skip locked rows, MaxLane takes no
+// locks at all (it must see every row, and may see uncommitted ones).
+func TestProbesDoNotWaitForWriters(t *testing.T) {
+	q := newQueries(newNames(outbox.Options{}))
+	for name, stmt := range map[string]string{"nextPendingLane": q.nextPendingLane, "inboxStats": q.inboxStats, "count": q.count, "stats": q.stats} {
+		if !strings.Contains(stmt, skipLocked) {
+			t.Errorf("%s waits for locked rows:\n%s", name, stmt)
+		}
+	}
+	if strings.Count(q.maxLane, "WITH (READUNCOMMITTED)") != 2 || strings.Contains(q.maxLane, "READPAST") {
+		t.Errorf("maxLane must read both halves without locks and without skipping:\n%s", q.maxLane)
 	}
 }

@@ -1,6 +1,8 @@
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.lane IS NULL AND o.id > CAST(@after AS binary(16)) AND o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now) ORDER BY o.id
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.lane = @lane AND o.id > CAST(@after AS binary(16)) AND o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now) ORDER BY o.id
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WITH (READCOMMITTEDLOCK) WHERE o.lane = @lane AND o.id > CAST(@after AS binary(16)) AND o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now) ORDER BY o.id
 
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @claimed TABLE (id binary(16) NOT NULL PRIMARY KEY, message_uuid nvarchar(max), lane int, ordering_key nvarchar(max), transport nvarchar(max), destination nvarchar(max), message_type nvarchar(max), headers varbinary(max), body varbinary(max), tenant_id nvarchar(max), created_at datetimeoffset(7), deliver_at datetimeoffset(7), attempts int, last_error nvarchar(max), status varchar(16), claim_token binary(16), claim_expires_at datetimeoffset(7));
@@ -93,9 +95,11 @@ DECLARE @changed TABLE (n int NOT NULL);
 UPDATE [dbo].[outbox] SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE id = CAST(@id AS binary(16)) AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now);
 SELECT COUNT_BIG(*) FROM @changed;
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.status = 'pending' AND o.lane = @lane AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WITH (READCOMMITTEDLOCK) WHERE o.status = 'pending' AND o.lane = @lane AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
 
-SELECT ordering_key, id FROM [dbo].[outbox] WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT ordering_key, id FROM [dbo].[outbox] WITH (READCOMMITTEDLOCK) WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL
 
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
@@ -107,11 +111,16 @@ DECLARE @changed TABLE (n int NOT NULL);
 UPDATE [dbo].[outbox] SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, status = CASE WHEN @park = 1 THEN 'parked' ELSE status END OUTPUT 1 INTO @changed WHERE id = CAST(@id AS binary(16)) AND status = 'pending' AND lane = @lane AND EXISTS (SELECT 1 FROM [dbo].[outbox_lanes] AS l WHERE l.lane = @lane AND l.token = CAST(@lease AS binary(16)) AND l.expires_at > SYSUTCDATETIME());
 SELECT COUNT_BIG(*) FROM @changed;
 
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SELECT COUNT_BIG(*) FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now)
 
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM [dbo].[outbox] AS o WITH (READPAST, READCOMMITTEDLOCK) WHERE o.status = 'pending' AND o.deliver_at <= @now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= @now) GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM [dbo].[outbox] AS p WITH (READPAST, READCOMMITTEDLOCK) WHERE p.status = 'parked'
 
-SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM [dbo].[outbox] WHERE status = 'pending' UNION ALL SELECT MAX(lane) FROM [dbo].[outbox] WHERE status = 'parked') AS m
+SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM [dbo].[outbox] WITH (READUNCOMMITTED) WHERE status = 'pending' UNION ALL SELECT MAX(lane) FROM [dbo].[outbox] WITH (READUNCOMMITTED) WHERE status = 'parked') AS m
+
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT MIN(lane) FROM [dbo].[outbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE status = 'pending' AND lane > @after
 
 SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
 
@@ -195,12 +204,14 @@ INSERT INTO [dbo].[inbox] (consumer, message_uuid, processed_at) VALUES (@consum
 
 UPDATE [dbo].[inbox] SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid
 
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
 WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch OUTPUT 1 INTO @changed;
 SELECT COUNT_BIG(*) FROM @changed;
 
-SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM [dbo].[inbox] GROUP BY consumer
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM [dbo].[inbox] WITH (READPAST, READCOMMITTEDLOCK) GROUP BY consumer
 
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
