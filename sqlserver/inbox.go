@@ -23,7 +23,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	if tx == nil {
 		return false, invalidf("record inbox", "tx is nil")
 	}
-	key := []any{named("consumer", []byte(consumer)), named("uuid", []byte(messageUUID))}
+	key := []any{named("consumer", payload([]byte(consumer))), named("uuid", payload([]byte(messageUUID)))}
 	_, err := tx.ExecContext(ctx, s.q.inboxRecord, append(key, named("at", processedAt.UTC()))...)
 	switch {
 	case err == nil:
@@ -100,7 +100,7 @@ func (s *Store) AcquireInboxLease(ctx context.Context, l outbox.InboxLeaseParams
 	if err := outbox.CheckInboxLease(l); err != nil {
 		return false, fmt.Errorf("sqlserver: %w", err)
 	}
-	n, err := s.changed(ctx, s.q.inboxAcquire, named("owner", l.Owner), named("tok", l.Token[:]),
+	n, err := s.changed(ctx, s.q.inboxAcquire, named("owner", text(l.Owner)), named("tok", l.Token[:]),
 		named("now", l.Now.UTC()), named("until", l.Until.UTC()))
 	return n > 0, wrap("acquire inbox lease", err)
 }

@@ -3,6 +3,8 @@ package sqlserver
 import (
 	"strconv"
 	"strings"
+
+	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 // All of the dialect's DML lives here, built once per store from the quoted names.
@@ -219,11 +221,13 @@ func newQueries(n names) *queries {
 	q.releaseLease = counted("DELETE FROM " + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok"))
 	q.leases = "SELECT lane, owner, token, expires_at, CAST(CASE WHEN expires_at > " + dbNow + " THEN 1 ELSE 0 END AS bit) FROM " + q.lanes + " ORDER BY lane"
 
-	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT @owner AS owner) AS s ON n.owner = s.owner " +
+	// @owner is nvarchar(max) (see text); the key column is nvarchar(400), which every
+	// owner fits (checkOwner), so the comparison is a plain seek.
+	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT CAST(@owner AS nvarchar(400)) AS owner) AS s ON n.owner = s.owner " +
 		"WHEN MATCHED THEN UPDATE SET expires_at = " + dbUntil + " " +
 		"WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, " + dbUntil + ");"
 	q.members = "SELECT owner FROM " + q.nodes + " WHERE expires_at > " + dbNow
-	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = @owner"
+	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = CAST(@owner AS nvarchar(400))"
 
 	inbox := s + quoteIdent(n.inbox)
 	q.inbox = inbox
@@ -233,10 +237,12 @@ func newQueries(n names) *queries {
 	// (rolled back). XACT_ABORT OFF (reverted when the parameterised batch ends) keeps
 	// the duplicate error statement-level, so the caller's transaction stays usable
 	// whatever its session sets.
-	q.inboxRecord = "SET XACT_ABORT OFF;\nINSERT INTO " + inbox + " (consumer, message_uuid, processed_at) VALUES (@consumer, @uuid, @at)"
+	q.inboxRecord = "SET XACT_ABORT OFF;\nINSERT INTO " + inbox + " (consumer, message_uuid, processed_at) VALUES (" +
+		inboxKey("consumer") + ", " + inboxKey("uuid") + ", @at)"
 	// After a duplicate (2627/2601) the committed entry counts it. The key was just
 	// found committed; retention may have deleted it since, and then nothing is counted.
-	q.inboxDuplicate = "UPDATE " + inbox + " SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid"
+	q.inboxDuplicate = "UPDATE " + inbox + " SET duplicates = duplicates + 1 WHERE consumer = " + inboxKey("consumer") +
+		" AND message_uuid = " + inboxKey("uuid")
 	// Oldest first (DELETE TOP alone takes any rows): the batch is a CTE ordered by the
 	// age index; READPAST passes over entries an open transaction holds.
 	q.inboxPrune = readCommitted + counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM "+inbox+
@@ -252,6 +258,12 @@ func newQueries(n names) *queries {
 		"WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, " + binParam("tok") + ", @until);")
 	q.inboxRelease = counted("DELETE FROM " + lease + " WHERE name = 'retention' AND token = " + binParam("tok"))
 	return q
+}
+
+// inboxKey is the inbox key parameter name (hex digits, see payload) as the key
+// columns' type.
+func inboxKey(name string) string {
+	return hexParam("@"+name, strconv.Itoa(outbox.InboxKeyMaxBytes))
 }
 
 // dbNow is the server's clock, on which lease and heartbeat expiries are set and
@@ -407,10 +419,13 @@ func (q *queries) purgeIDs(n int) string {
 	return counted("DELETE FROM " + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")")
 }
 
-// insert returns a multi-row INSERT of rows rows with positional parameters @p1...
+// insert returns a multi-row INSERT of rows rows with positional parameters @p1...,
+// taking insertParams' values: the optional strings are stored as NULL when empty
+// (DATALENGTH, since '=' ignores trailing spaces) and headers and body are converted
+// from their hex digits. So every row's parameters have the same declared types.
 func (q *queries) insert(rows int) string {
 	var b strings.Builder
-	b.Grow(64 + rows*len(insertCols)*7)
+	b.Grow(64 + rows*len(insertCols)*40)
 	b.WriteString("INSERT INTO ")
 	b.WriteString(q.outbox)
 	b.WriteString(" (")
@@ -422,15 +437,32 @@ func (q *queries) insert(rows int) string {
 			b.WriteString(", ")
 		}
 		b.WriteByte('(')
-		for c := range insertCols {
+		for c, col := range insertCols {
 			if c > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("@p")
-			b.WriteString(strconv.Itoa(p))
+			param := "@p" + strconv.Itoa(p)
+			switch col {
+			case "ordering_key", "message_type", "tenant_id":
+				b.WriteString(optionalText(param))
+			case "headers", "body":
+				b.WriteString(hexParam(param, "max"))
+			default:
+				b.WriteString(param)
+			}
 			p++
 		}
 		b.WriteByte(')')
 	}
 	return b.String()
+}
+
+// optionalText is param, or NULL when it is empty.
+func optionalText(param string) string {
+	return "CASE WHEN DATALENGTH(" + param + ") > 0 THEN " + param + " END"
+}
+
+// hexParam converts param, hex digits sent by payload, to varbinary(size).
+func hexParam(param, size string) string {
+	return "CONVERT(varbinary(" + size + "), " + param + ", 2)"
 }

@@ -378,13 +378,13 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 		retryAt = f.RetryAt
 	}
 	args := []any{named("id", f.ID[:]), named("tok", f.Token[:]), named("now", f.Now.UTC()),
-		named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park)}
+		named("err", text(f.Error)), named("retry", retryAt.UTC()), named("park", f.Park)}
 	query := s.q.fail
 	switch {
 	case headRow:
 		query = s.q.failLane
 		args = fenceArgs(args[:1:1], f.Lane, f.Lease)
-		args = append(args, named("now", f.Now.UTC()), named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park))
+		args = append(args, named("now", f.Now.UTC()), named("err", text(f.Error)), named("retry", retryAt.UTC()), named("park", f.Park))
 	case f.Lane != outbox.Unordered:
 		query = s.q.failFenced
 		args = fenceArgs(args, f.Lane, f.Lease)
@@ -395,7 +395,7 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 
 // Park moves one pending row without a live claim to parked, storing reason.
 func (s *Store) Park(ctx context.Context, id outbox.ID, reason string, now time.Time) (bool, error) {
-	n, err := s.changed(ctx, s.q.park, named("id", id[:]), named("reason", reason), named("now", now.UTC()))
+	n, err := s.changed(ctx, s.q.park, named("id", id[:]), named("reason", text(reason)), named("now", now.UTC()))
 	return n > 0, wrap("park", err)
 }
 
@@ -494,7 +494,7 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 		query = s.q.parkedNullKey
 	default:
 		query = s.q.parkedKey
-		args = append(args, named("key", *q.OrderingKey))
+		args = append(args, named("key", text(*q.OrderingKey)))
 	}
 	rows, err := s.query(ctx, query, args...)
 	if err != nil {
@@ -538,7 +538,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 	case f.OrderingKey != nil && *f.OrderingKey == "":
 		n, err = s.changed(ctx, s.q.requeueNullKey, nowArg)
 	case f.OrderingKey != nil:
-		n, err = s.changed(ctx, s.q.requeueKey, nowArg, named("key", *f.OrderingKey))
+		n, err = s.changed(ctx, s.q.requeueKey, nowArg, named("key", text(*f.OrderingKey)))
 	default:
 		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
 			return s.changed(ctx, s.q.requeueIDs(len(part)), idArgs([]any{nowArg}, part)...)
@@ -560,7 +560,7 @@ func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	case f.OrderingKey != nil && *f.OrderingKey == "":
 		n, err = s.changed(ctx, s.q.purgeNullKey)
 	case f.OrderingKey != nil:
-		n, err = s.changed(ctx, s.q.purgeKey, named("key", *f.OrderingKey))
+		n, err = s.changed(ctx, s.q.purgeKey, named("key", text(*f.OrderingKey)))
 	default:
 		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
 			return s.changed(ctx, s.q.purgeIDs(len(part)), idArgs(nil, part)...)
@@ -595,7 +595,7 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 	if err := s.checkLease("acquire lease", l); err != nil {
 		return false, err
 	}
-	n, err := s.changed(ctx, s.q.acquireLease, named("lane", int32(l.Lane)), named("owner", l.Owner),
+	n, err := s.changed(ctx, s.q.acquireLease, named("lane", int32(l.Lane)), named("owner", text(l.Owner)),
 		named("tok", l.Token[:]), ttlArg(l.TTL))
 	return n > 0, wrap("acquire lease", err)
 }
@@ -639,7 +639,7 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) 
 	if err := outbox.CheckTTL("heartbeat", ttl); err != nil {
 		return invalid(err)
 	}
-	err := s.exec(ctx, s.q.heartbeat, named("owner", owner), ttlArg(ttl))
+	err := s.exec(ctx, s.q.heartbeat, named("owner", text(owner)), ttlArg(ttl))
 	return wrap("heartbeat", err)
 }
 
@@ -663,7 +663,7 @@ func (s *Store) Leave(ctx context.Context, owner string) error {
 	if err := checkOwner("leave", owner); err != nil {
 		return err
 	}
-	err := s.exec(ctx, s.q.leave, named("owner", owner))
+	err := s.exec(ctx, s.q.leave, named("owner", text(owner)))
 	return wrap("leave", err)
 }
 

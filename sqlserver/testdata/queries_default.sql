@@ -185,13 +185,13 @@ SELECT COUNT_BIG(*) FROM @changed;
 
 SELECT lane, owner, token, expires_at, CAST(CASE WHEN expires_at > SYSUTCDATETIME() THEN 1 ELSE 0 END AS bit) FROM [dbo].[outbox_lanes] ORDER BY lane
 
-MERGE [dbo].[outbox_nodes] WITH (HOLDLOCK) AS n USING (SELECT @owner AS owner) AS s ON n.owner = s.owner WHEN MATCHED THEN UPDATE SET expires_at = DATEADD(millisecond, @ttl, SYSUTCDATETIME()) WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, DATEADD(millisecond, @ttl, SYSUTCDATETIME()));
+MERGE [dbo].[outbox_nodes] WITH (HOLDLOCK) AS n USING (SELECT CAST(@owner AS nvarchar(400)) AS owner) AS s ON n.owner = s.owner WHEN MATCHED THEN UPDATE SET expires_at = DATEADD(millisecond, @ttl, SYSUTCDATETIME()) WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, DATEADD(millisecond, @ttl, SYSUTCDATETIME()));
 
 SELECT owner FROM [dbo].[outbox_nodes] WHERE expires_at > SYSUTCDATETIME()
 
-DELETE FROM [dbo].[outbox_nodes] WHERE owner = @owner
+DELETE FROM [dbo].[outbox_nodes] WHERE owner = CAST(@owner AS nvarchar(400))
 
-INSERT INTO [dbo].[outbox] (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES (@p1, @p2, @p3, @p4, @p5, @p6, @p7, @p8, @p9, @p10, @p11, @p12), (@p13, @p14, @p15, @p16, @p17, @p18, @p19, @p20, @p21, @p22, @p23, @p24)
+INSERT INTO [dbo].[outbox] (id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at) VALUES (@p1, @p2, @p3, CASE WHEN DATALENGTH(@p4) > 0 THEN @p4 END, @p5, @p6, CASE WHEN DATALENGTH(@p7) > 0 THEN @p7 END, CONVERT(varbinary(max), @p8, 2), CONVERT(varbinary(max), @p9, 2), CASE WHEN DATALENGTH(@p10) > 0 THEN @p10 END, @p11, @p12), (@p13, @p14, @p15, CASE WHEN DATALENGTH(@p16) > 0 THEN @p16 END, @p17, @p18, CASE WHEN DATALENGTH(@p19) > 0 THEN @p19 END, CONVERT(varbinary(max), @p20, 2), CONVERT(varbinary(max), @p21, 2), CASE WHEN DATALENGTH(@p22) > 0 THEN @p22 END, @p23, @p24)
 
 DECLARE @r int;
 EXEC @r = sp_getapplock @Resource = N'watermill-outbox/create-schema', @LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 60000;
@@ -200,9 +200,9 @@ IF @r < 0 RAISERROR(N'watermill-outbox: sp_getapplock for the schema returned %d
 EXEC sp_releaseapplock @Resource = N'watermill-outbox/create-schema', @LockOwner = N'Session';
 
 SET XACT_ABORT OFF;
-INSERT INTO [dbo].[inbox] (consumer, message_uuid, processed_at) VALUES (@consumer, @uuid, @at)
+INSERT INTO [dbo].[inbox] (consumer, message_uuid, processed_at) VALUES (CONVERT(varbinary(400), @consumer, 2), CONVERT(varbinary(400), @uuid, 2), @at)
 
-UPDATE [dbo].[inbox] SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid
+UPDATE [dbo].[inbox] SET duplicates = duplicates + 1 WHERE consumer = CONVERT(varbinary(400), @consumer, 2) AND message_uuid = CONVERT(varbinary(400), @uuid, 2)
 
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET NOCOUNT ON;
