@@ -23,6 +23,11 @@ const (
 	// which may; the whole unit may succeed when run again.
 	errSnapshotConflict = 3960
 
+	// INSERT/UPDATE/DELETE failed because SET options have incorrect settings: a
+	// session, procedure or trigger writing the table runs without the options its
+	// filtered indexes need.
+	errSetOptions = 1934
+
 	errUniqueConstraint = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
 	errUniqueIndex      = 2601 // duplicate key row in a unique index
 	errInvalidColumn    = 207  // invalid column name
@@ -127,8 +132,18 @@ func wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if e, ok := serverError(err); ok && hasNumber(e, errSetOptions) {
+		return fmt.Errorf("sqlserver: %s: %w (%s)", op, err, setOptionsHint)
+	}
 	return fmt.Errorf("sqlserver: %s: %w", op, translate(err))
 }
+
+// setOptionsHint names the fix of error 1934 (see the package doc, Database settings).
+const setOptionsHint = "the outbox table's filtered indexes need ANSI_NULLS, ANSI_PADDING, ANSI_WARNINGS, " +
+	"CONCAT_NULL_YIELDS_NULL and QUOTED_IDENTIFIER ON and NUMERIC_ROUNDABORT OFF in every session that writes it; " +
+	"a trigger or procedure keeps the QUOTED_IDENTIFIER and ANSI_NULLS it was created with: recreate the ones listed by " +
+	"SELECT OBJECT_NAME(object_id) FROM sys.sql_modules WHERE uses_quoted_identifier = 0 OR uses_ansi_nulls = 0 " +
+	"with both ON (sqlcmd -I)"
 
 // invalid wraps a parameter error of the root package's checks (outbox.ErrInvalidArgument).
 func invalid(err error) error { return fmt.Errorf("sqlserver: %w", err) }

@@ -174,3 +174,22 @@ func TestIsStaleConn(t *testing.T) {
 		}
 	}
 }
+
+// Error 1934 (a writer without the SET options of filtered indexes, typically a trigger
+// created with QUOTED_IDENTIFIER OFF) names the fix, and the driver's error stays
+// reachable.
+func TestSetOptionsHint(t *testing.T) {
+	e := mssql.Error{Number: 1934, Message: "INSERT failed because the following SET options have incorrect settings: 'QUOTED_IDENTIFIER'."}
+	err := wrap("insert", e)
+	for _, want := range []string{"QUOTED_IDENTIFIER ON", "uses_quoted_identifier = 0", "recreate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if got, ok := serverError(err); !ok || got.Number != 1934 {
+		t.Fatalf("the driver error is not reachable: %v", err)
+	}
+	if outbox.IsRetryable(err) {
+		t.Fatal("1934 is not transient")
+	}
+}

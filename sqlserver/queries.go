@@ -246,7 +246,7 @@ func newQueries(n names) *queries {
 	// Oldest first (DELETE TOP alone takes any rows): the batch is a CTE ordered by the
 	// age index; READPAST passes over entries an open transaction holds.
 	q.inboxPrune = readCommitted + counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM "+inbox+
-		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch")
+		" "+skipLocked+" WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch")
 	// READPAST: the handlers' open transactions hold their new entries' locks for as
 	// long as the handlers run; their entries are not applied yet, and the stats are not
 	// held up by them. @scope is unused: an argument makes go-mssqldb send the batch

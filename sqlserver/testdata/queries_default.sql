@@ -207,7 +207,7 @@ UPDATE [dbo].[inbox] SET duplicates = duplicates + 1 WHERE consumer = CONVERT(va
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
-WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch OUTPUT 1 INTO @changed;
+WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch OUTPUT 1 INTO @changed;
 SELECT COUNT_BIG(*) FROM @changed;
 
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
