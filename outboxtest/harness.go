@@ -90,6 +90,13 @@ type Harness struct {
 	// the rules fail without it.
 	AuditTriggers func(ctx context.Context, db *sql.DB, opts outbox.Options, audit string) (drop func(ctx context.Context) error, err error)
 
+	// OpenSerializable opens a new *sql.DB to the same database whose sessions run at
+	// SERIALIZABLE isolation unless a statement or transaction sets another level (as an
+	// application's session setting would: a DSN parameter, a SessionInitSQL). The
+	// Isolation rules check with it that the store does not rely on the server's
+	// default level. The suite closes it. Required: the rules fail without it.
+	OpenSerializable func() (*sql.DB, error)
+
 	// MaxParams is the most bind parameters one statement may carry on this engine
 	// (MySQL/MariaDB 65535, PostgreSQL 65535 with pgx, SQL Server 2100 minus a margin).
 	// The benchmark baseline chunks its hand-written multi-row INSERT under it. Zero

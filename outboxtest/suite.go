@@ -73,6 +73,7 @@ func groups() []group {
 		{"LaneBatch", laneBatchTests()},
 		{"Inbox", inboxTests()},
 		{"Triggers", triggerTests()},
+		{"Isolation", isolationTests()},
 	}
 }
 

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	outbox "github.com/relayer-go/watermill-outbox"
+
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/outboxtest"
 	"github.com/relayer-go/watermill-outbox/postgres"
@@ -38,7 +42,23 @@ func harness(t testing.TB) outboxtest.Harness {
 		OpenConnectorDB: func() (*sql.DB, error) { return postgres.OpenDB(dsn) },
 		OpenCountingDB:  func(connector bool) (*sql.DB, func() int64, error) { return openCounting(dsn, connector) },
 		AuditTriggers:   auditTriggers,
-		MaxParams:       65535,
+		OpenSerializable: func() (*sql.DB, error) {
+			cfg, err := pgx.ParseConfig(dsn)
+			if err != nil {
+				return nil, err
+			}
+			cfg.RuntimeParams["default_transaction_isolation"] = "serializable"
+			db := stdlib.OpenDB(*cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var level string
+			if err := db.QueryRowContext(ctx, "SHOW transaction_isolation").Scan(&level); err != nil || level != "serializable" {
+				_ = db.Close()
+				return nil, fmt.Errorf("sessions run at %q (%v), not serializable", level, err)
+			}
+			return db, nil
+		},
+		MaxParams: 65535,
 	}
 }
 

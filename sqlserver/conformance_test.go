@@ -3,12 +3,13 @@ package sqlserver_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	_ "github.com/microsoft/go-mssqldb"
+	mssql "github.com/microsoft/go-mssqldb"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
@@ -49,7 +50,24 @@ func harness(t testing.TB) outboxtest.Harness {
 		QuotePrefix:   "q]'[x_",
 		OpenDB:        open,
 		AuditTriggers: auditTriggers,
-		MaxParams:     2000,
+		OpenSerializable: func() (*sql.DB, error) {
+			c, err := mssql.NewConnector(dsn)
+			if err != nil {
+				return nil, err
+			}
+			c.SessionInitSQL = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"
+			db := sql.OpenDB(c)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var level int16 // sys.dm_exec_sessions: 4 is SERIALIZABLE
+			err = db.QueryRowContext(ctx, "SELECT transaction_isolation_level FROM sys.dm_exec_sessions WHERE session_id = @@SPID").Scan(&level)
+			if err != nil || level != 4 {
+				_ = db.Close()
+				return nil, fmt.Errorf("sessions run at isolation level %d (%v), not SERIALIZABLE (4)", level, err)
+			}
+			return db, nil
+		},
+		MaxParams: 2000,
 	}
 }
 
