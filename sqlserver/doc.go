@@ -33,9 +33,11 @@
 //     go-mssqldb v1.11.2's source (issue 42 lists what the last reading found; each
 //     point has its fix, golden and test).
 //
-// The whole outboxtest conformance suite (TestConformance, including the Triggers and
-// Head/LockedHeadNotSkipped rules) and the benchmarks (BenchmarkStore) are wired and run
-// wherever OUTBOX_TEST_SQLSERVER_DSN is set (docs/development.md). They have not yet run
+// The whole outboxtest conformance suite (TestConformance, including the rules issue 42
+// added: Triggers, Isolation/SerializableSessions, Head/LockedHeadNotSkipped and
+// Claim/NotHeldByOpenMultiRowWriter, which pass on MariaDB, Oracle MySQL and
+// PostgreSQL) and the benchmarks (BenchmarkStore) are wired and run wherever
+// OUTBOX_TEST_SQLSERVER_DSN is set (docs/development.md). They have not yet run
 // against a server, so nothing about behaviour on a live SQL Server is claimed here.
 // That includes [outbox.BatchLocker] (below). Its assumptions, to check on a first live
 // run (sys.dm_tran_locks while a batch is open): the update locks stay row locks, and
