@@ -127,8 +127,61 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 			return sql.OpenDB(c), nil
 		},
 		OpenCountingDB: func(connector bool) (*sql.DB, func() int64, error) { return openCounting(cfg, connector) },
-		MaxParams:      65535,
+		AuditTriggers:  auditTriggers,
+		OpenSerializable: func() (*sql.DB, error) {
+			return openSerializable(cfg)
+		},
+		MaxParams: 65535,
 	}
+}
+
+// openSerializable opens a pool of cfg whose sessions default to SERIALIZABLE: Oracle
+// MySQL names the variable transaction_isolation, MariaDB 10.11 tx_isolation (unknown
+// system variable, 1193, tells which).
+func openSerializable(cfg *driver.Config) (*sql.DB, error) {
+	var err error
+	for _, name := range []string{"transaction_isolation", "tx_isolation"} {
+		c := cfg.Clone()
+		if c.Params == nil {
+			c.Params = map[string]string{}
+		}
+		c.Params[name] = "'SERIALIZABLE'"
+		var db *sql.DB
+		if db, err = openConfig(c); err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var level string
+		err = db.QueryRowContext(ctx, "SELECT @@SESSION."+name).Scan(&level)
+		cancel()
+		if err == nil && level == "SERIALIZABLE" {
+			return db, nil
+		}
+		if err == nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("sessions run at %s, not SERIALIZABLE", level)
+		}
+		_ = db.Close()
+		var me *driver.MySQLError
+		if !errors.As(err, &me) || me.Number != 1193 {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// auditTriggers creates an application's audit on the rows table: one AFTER trigger
+// per event (MySQL triggers are FOR EACH ROW only), each inserting a row into audit.
+func auditTriggers(ctx context.Context, db *sql.DB, opts outbox.Options, audit string) (func(context.Context) error, error) {
+	table := mysql.QualifiedTable(opts, opts.OutboxTable())
+	for _, event := range []string{"INSERT", "UPDATE", "DELETE"} {
+		name := mysql.QualifiedTable(opts, opts.TablePrefix+"audit_"+strings.ToLower(event))
+		if _, err := db.ExecContext(ctx, "CREATE TRIGGER "+name+" AFTER "+event+" ON "+table+
+			" FOR EACH ROW INSERT INTO "+audit+" (op) VALUES ('"+event+"')"); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil // dropped with the table
 }
 
 func TestConformance(t *testing.T) {

@@ -2,6 +2,7 @@ package outboxtest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ func claimTests() []subtest {
 		{"SkipsLockedRows", testClaimSkipsLocked},
 		{"AfterCursor", testClaimAfter},
 		{"AfterWithLaneIsAnError", testClaimAfterLane},
+		{"NotHeldByOpenMultiRowWriter", testClaimOpenWriter},
 	}
 }
 
@@ -208,5 +210,65 @@ func testClaimAfterLane(t *testing.T, h Harness) {
 	}
 	if got := e.claim(outbox.ClaimParams{Lane: r.Lane, Limit: 1, Now: at(0), Until: at(time.Minute), Token: outbox.NewToken(), Lease: lease}); len(got) != 1 {
 		t.Fatalf("claim of the lane after the refused one = %d rows, want 1", len(got))
+	}
+}
+
+// A writer's open transaction holding many new rows (a multi-row INSERT, or bulk copy
+// where the dialect has one) holds up no claimer and no probe: the unordered claim,
+// LockBatch, Read, Count, Stats, PendingLanes and MaxLane answer at once, with the
+// committed rows only. (SQL Server: READPAST skips row locks, not page locks; the
+// outbox's indexes allow none.)
+func testClaimOpenWriter(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	committed := e.insertNew(10)
+	lane := e.laneRows(3, 2)
+	tx, err := h.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	open := newRecords(200) // above SQL Server's bulk copy threshold
+	key := keysInLane(5, testLanes, 1)[0]
+	for range 50 {
+		open = append(open, laneRecord(key, at(0)))
+	}
+	if err := e.store.Insert(e.ctx, tx, open); err != nil {
+		t.Fatalf("Insert in the open transaction: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	waited := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s beside an open multi-row writer: %v (it must not wait for the writer's transaction)", what, err)
+		}
+	}
+	got, err := e.store.Read(ctx, outbox.ReadQuery{Lane: outbox.Unordered, Now: at(0)}, make([]outbox.Record, 500))
+	waited("Read", err)
+	sameIDs(t, "Read", ids(got), ids(committed))
+	n, err := e.store.Count(ctx, at(0))
+	waited("Count", err)
+	if n != 12 {
+		t.Fatalf("Count = %d, want 12 (the committed rows)", n)
+	}
+	_, err = e.store.Stats(ctx, at(0))
+	waited("Stats", err)
+	lanes, err := e.store.PendingLanes(ctx)
+	waited("PendingLanes", err)
+	if !slices.Contains(lanes, 3) {
+		t.Fatalf("PendingLanes = %v, want lane 3 among them", lanes)
+	}
+	maxLane, err := e.store.MaxLane(ctx)
+	waited("MaxLane", err)
+	if maxLane < lane[0].Lane {
+		t.Fatalf("MaxLane = %d, want at least %d", maxLane, lane[0].Lane)
+	}
+	claimed, err := e.store.Claim(ctx, outbox.ClaimParams{Lane: outbox.Unordered, Limit: 500, Now: at(0), Until: at(time.Minute), Token: outbox.NewToken()}, nil)
+	waited("Claim", err)
+	sameIDs(t, "Claim", ids(claimed), ids(committed))
+	if bl, ok := e.store.(outbox.BatchLocker); ok {
+		b := e.lockBatch(bl, ctx, 500, at(2*time.Minute))
+		sameIDs(t, "LockBatch once the claims expired", ids(b.Records()), ids(committed))
+		rollback(t, b)
 	}
 }

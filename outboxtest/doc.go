@@ -17,8 +17,9 @@
 //	}
 //
 // Every rule of the contract is one parallel subtest (Run's groups: Schema, RoundTrip,
-// Read, Eligibility, Claim, Ordered, Renew, Complete, Release, Fail, Park, Parked, Stats, Lease,
-// Members, Insert, Corrupt, Errors, LockedBatch, Inbox), each in its own tables (a fresh prefix from
+// Read, Eligibility, Claim, Ordered, Head, Renew, Complete, Release, Fail, Park, Parked, Stats,
+// Lease, Members, Insert, Corrupt, Errors, Arguments, LockedBatch, LaneBatch, Inbox,
+// Triggers, Isolation), each in its own tables (a fresh prefix from
 // internal/testenv, created through Store.CreateSchema and dropped at the end), so a
 // failure names the rule and the dialect, and -run selects one rule. The Inbox group
 // requires the store to implement outbox.Inbox (the inbox table, its concurrent

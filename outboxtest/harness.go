@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"context"
 	"database/sql"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -74,6 +75,27 @@ type Harness struct {
 	// connector sends the BEGIN and the record as one request, where the plain driver
 	// takes two. nil where the dialect has no connector. The suite closes the pool.
 	OpenCountingDB func(connector bool) (db *sql.DB, requests func() int64, err error)
+
+	// AuditTriggers creates, on the rows table of opts (opts.OutboxTable()), the AFTER
+	// INSERT, UPDATE and DELETE triggers an application's audit would add, each doing DML
+	// of its own: it inserts into audit (the quoted, qualified table the suite created
+	// with one column, op VARCHAR(16) NOT NULL) at least one row per row the statement
+	// changed and, where the engine has statement-level triggers (PostgreSQL, SQL Server), one
+	// more row per statement, also when the statement changed no row. A trigger that
+	// can report row counts reports them (SQL Server: SET NOCOUNT OFF in its body). The
+	// Triggers rules check with it that every count a store returns is the store's own
+	// (Complete, Renew, Release, Fail, Park, Requeue, Purge, a lane run's delete) and
+	// that lane runs keep flowing. drop removes what the hook made besides the triggers
+	// (which go with the table), such as a trigger function; it may be nil. Required:
+	// the rules fail without it.
+	AuditTriggers func(ctx context.Context, db *sql.DB, opts outbox.Options, audit string) (drop func(ctx context.Context) error, err error)
+
+	// OpenSerializable opens a new *sql.DB to the same database whose sessions run at
+	// SERIALIZABLE isolation unless a statement or transaction sets another level (as an
+	// application's session setting would: a DSN parameter, a SessionInitSQL). The
+	// Isolation rules check with it that the store does not rely on the server's
+	// default level. The suite closes it. Required: the rules fail without it.
+	OpenSerializable func() (*sql.DB, error)
 
 	// MaxParams is the most bind parameters one statement may carry on this engine
 	// (MySQL/MariaDB 65535, PostgreSQL 65535 with pgx, SQL Server 2100 minus a margin).

@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ func headTests() []subtest {
 		{"HoldParkedKeysAcrossPages", testHeadParkedPages},
 		{"CompleteRunFencedByLease", testHeadCompleteRun},
 		{"FailHeadRowFencedByLease", testHeadFail},
+		{"LockedHeadNotSkipped", testHeadLocked},
 	}
 }
 
@@ -159,4 +161,30 @@ func testHeadFail(t *testing.T, h Harness) {
 		t.Fatalf("Fail with Park = false")
 	}
 	sameIDs(t, "Head after the park", ids(e.head(7, 10, at(time.Minute), false)), idsOf(recs[1]))
+}
+
+// Head never skips a head row another transaction has locked (the old owner's fenced
+// delete during a takeover, an operator's Park, a writer's update) to return the rows
+// behind it, which a lane worker would then send first: it returns the run from the
+// head (reading the committed row, or after waiting for the lock), or nothing.
+func testHeadLocked(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	recs := e.laneRows(2, 3)
+	release := e.lockRow(recs[0])
+	go func() {
+		time.Sleep(2 * time.Second)
+		release()
+	}()
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	got, err := e.store.Head(ctx, outbox.HeadQuery{Lane: 2, Limit: 10, Now: at(0)}, nil)
+	if err != nil {
+		t.Fatalf("Head with a locked head row: %v", err)
+	}
+	if len(got) > 0 {
+		sameIDs(t, "Head with a locked head row", ids(got), ids(recs))
+		return
+	}
+	release()
+	sameIDs(t, "Head after the head's lock is released", ids(e.head(2, 10, at(0), false)), ids(recs))
 }

@@ -72,6 +72,8 @@ func groups() []group {
 		{"Arguments", argumentTests()},
 		{"LockedBatch", lockedBatchTests()},
 		{"Inbox", inboxTests()},
+		{"Triggers", triggerTests()},
+		{"Isolation", isolationTests()},
 	}
 }
 

@@ -1,12 +1,17 @@
 package postgres_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	outbox "github.com/relayer-go/watermill-outbox"
+
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/outboxtest"
 	"github.com/relayer-go/watermill-outbox/postgres"
@@ -36,8 +41,51 @@ func harness(t testing.TB) outboxtest.Harness {
 		OpenDB:          func() (*sql.DB, error) { return openWith(dsn, "") },
 		OpenConnectorDB: func() (*sql.DB, error) { return postgres.OpenDB(dsn) },
 		OpenCountingDB:  func(connector bool) (*sql.DB, func() int64, error) { return openCounting(dsn, connector) },
-		MaxParams:       65535,
+		AuditTriggers:   auditTriggers,
+		OpenSerializable: func() (*sql.DB, error) {
+			cfg, err := pgx.ParseConfig(dsn)
+			if err != nil {
+				return nil, err
+			}
+			cfg.RuntimeParams["default_transaction_isolation"] = "serializable"
+			db := stdlib.OpenDB(*cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var level string
+			if err := db.QueryRowContext(ctx, "SHOW transaction_isolation").Scan(&level); err != nil || level != "serializable" {
+				_ = db.Close()
+				return nil, fmt.Errorf("sessions run at %q (%v), not serializable", level, err)
+			}
+			return db, nil
+		},
+		MaxParams: 65535,
 	}
+}
+
+// auditTriggers creates an application's audit on the rows table: a trigger function
+// inserting TG_OP into audit, run by an AFTER trigger for each row and by one for each
+// statement (which fires also when the statement changes no row).
+func auditTriggers(ctx context.Context, db *sql.DB, opts outbox.Options, audit string) (func(context.Context) error, error) {
+	table := postgres.QualifiedTable(opts, opts.OutboxTable())
+	fn := postgres.QualifiedTable(opts, opts.TablePrefix+"audit_fn")
+	stmts := []string{
+		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO " + audit +
+			" (op) VALUES (TG_OP); RETURN NULL; END $$",
+		`CREATE TRIGGER "` + opts.TablePrefix + `audit_row" AFTER INSERT OR UPDATE OR DELETE ON ` + table +
+			" FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
+		`CREATE TRIGGER "` + opts.TablePrefix + `audit_statement" AFTER INSERT OR UPDATE OR DELETE ON ` + table +
+			" FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()",
+	}
+	drop := func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, "DROP FUNCTION IF EXISTS "+fn+"() CASCADE")
+		return err
+	}
+	for _, stmt := range stmts {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return drop, err
+		}
+	}
+	return drop, nil
 }
 
 func TestConformance(t *testing.T) {

@@ -3,12 +3,13 @@ package sqlserver_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	_ "github.com/microsoft/go-mssqldb"
+	mssql "github.com/microsoft/go-mssqldb"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
@@ -46,10 +47,43 @@ func harness(t testing.TB) outboxtest.Harness {
 			// only 54 characters.
 			{Prefix: strings.Repeat("\U0001F600", sqlserver.MaxTablePrefixUnits/2+1), ErrContains: "UTF-16 code units"},
 		},
-		QuotePrefix: "q]'[x_",
-		OpenDB:      open,
-		MaxParams:   2000,
+		QuotePrefix:   "q]'[x_",
+		OpenDB:        open,
+		AuditTriggers: auditTriggers,
+		OpenSerializable: func() (*sql.DB, error) {
+			c, err := mssql.NewConnector(dsn)
+			if err != nil {
+				return nil, err
+			}
+			c.SessionInitSQL = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"
+			db := sql.OpenDB(c)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var level int16 // sys.dm_exec_sessions: 4 is SERIALIZABLE
+			err = db.QueryRowContext(ctx, "SELECT transaction_isolation_level FROM sys.dm_exec_sessions WHERE session_id = @@SPID").Scan(&level)
+			if err != nil || level != 4 {
+				_ = db.Close()
+				return nil, fmt.Errorf("sessions run at isolation level %d (%v), not SERIALIZABLE (4)", level, err)
+			}
+			return db, nil
+		},
+		MaxParams: 2000,
 	}
+}
+
+// auditTriggers creates an application's audit on the rows table: one AFTER INSERT,
+// UPDATE, DELETE trigger writing a row per inserted and per deleted row and one per
+// statement (a trigger fires once per statement, also when it changes no row), with
+// NOCOUNT off so that its counts reach the client as the statement's would.
+func auditTriggers(ctx context.Context, db *sql.DB, opts outbox.Options, audit string) (func(context.Context) error, error) {
+	_, err := db.ExecContext(ctx, "CREATE TRIGGER "+sqlserver.QualifiedTable(opts, opts.TablePrefix+"audit_tr")+
+		" ON "+sqlserver.QualifiedTable(opts, opts.OutboxTable())+" AFTER INSERT, UPDATE, DELETE AS\nBEGIN\n"+
+		"    SET NOCOUNT OFF;\n"+
+		"    INSERT INTO "+audit+" (op) SELECT 'INSERTED' FROM inserted;\n"+
+		"    INSERT INTO "+audit+" (op) SELECT 'DELETED' FROM deleted;\n"+
+		"    INSERT INTO "+audit+" (op) VALUES ('STATEMENT');\n"+
+		"END;")
+	return nil, err // dropped with the table
 }
 
 func TestConformance(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 
 	mssql "github.com/microsoft/go-mssqldb"
@@ -20,6 +22,11 @@ const (
 	// statements never run under SNAPSHOT, but Insert runs in the caller's transaction,
 	// which may; the whole unit may succeed when run again.
 	errSnapshotConflict = 3960
+
+	// INSERT/UPDATE/DELETE failed because SET options have incorrect settings: a
+	// session, procedure or trigger writing the table runs without the options its
+	// filtered indexes need.
+	errSetOptions = 1934
 
 	errUniqueConstraint = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
 	errUniqueIndex      = 2601 // duplicate key row in a unique index
@@ -73,8 +80,39 @@ func isDeadlock(err error) bool {
 	return ok && hasNumber(e, errDeadlock)
 }
 
-// translate marks transient server errors as *outbox.RetryableError; everything else is
-// returned unchanged.
+// transientErrors are the error numbers after which the same work may succeed when run
+// again, with nothing of it applied: lock and deadlock victims, and Azure SQL's
+// reconfiguration and resource-governance errors (the database moving to another node
+// or failing over, too many requests or sessions for its tier). The caller retries
+// the whole unit: an autocommit statement, or its own transaction from the start.
+var transientErrors = []int32{
+	errDeadlock,         // 1205: chosen as deadlock victim
+	1204,                // the instance cannot obtain a lock resource (lock memory exhausted)
+	errLockTimeout,      // 1222: lock request time out period exceeded
+	errSnapshotConflict, // 3960: snapshot update conflict
+	4221,                // login to a readable secondary failed: its row versions are not ready after a restart
+	10928,               // resource ID %d: the request or session limit for the database is reached
+	10929,               // resource ID %d: the minimum guarantee is not available; the server is too busy
+	40197,               // the service encountered an error processing the request (reconfiguration, failover)
+	40501,               // the service is currently busy: retry after 10 seconds
+	40613,               // database on server is not currently available (failover, reconfiguration)
+	49918,               // not enough resources to process the request
+	49919,               // cannot process create or update request: too many operations in progress
+	49920,               // cannot process request: too many operations in progress
+}
+
+// isTransient reports whether e (or any error of its batch) has a transient number.
+func isTransient(e mssql.Error) bool {
+	for _, n := range transientErrors {
+		if hasNumber(e, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// translate marks transient server errors (transientErrors) as *outbox.RetryableError;
+// everything else is returned unchanged.
 func translate(err error) error {
 	if err == nil {
 		return nil
@@ -83,7 +121,7 @@ func translate(err error) error {
 	if errors.As(err, &r) {
 		return err
 	}
-	if e, ok := serverError(err); ok && (hasNumber(e, errDeadlock) || hasNumber(e, errLockTimeout) || hasNumber(e, errSnapshotConflict)) {
+	if e, ok := serverError(err); ok && isTransient(e) {
 		return &outbox.RetryableError{Err: err}
 	}
 	return err
@@ -94,8 +132,18 @@ func wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if e, ok := serverError(err); ok && hasNumber(e, errSetOptions) {
+		return fmt.Errorf("sqlserver: %s: %w (%s)", op, err, setOptionsHint)
+	}
 	return fmt.Errorf("sqlserver: %s: %w", op, translate(err))
 }
+
+// setOptionsHint names the fix of error 1934 (see the package doc, Database settings).
+const setOptionsHint = "the outbox table's filtered indexes need ANSI_NULLS, ANSI_PADDING, ANSI_WARNINGS, " +
+	"CONCAT_NULL_YIELDS_NULL and QUOTED_IDENTIFIER ON and NUMERIC_ROUNDABORT OFF in every session that writes it; " +
+	"a trigger or procedure keeps the QUOTED_IDENTIFIER and ANSI_NULLS it was created with: recreate the ones listed by " +
+	"SELECT OBJECT_NAME(object_id) FROM sys.sql_modules WHERE uses_quoted_identifier = 0 OR uses_ansi_nulls = 0 " +
+	"with both ON (sqlcmd -I)"
 
 // invalid wraps a parameter error of the root package's checks (outbox.ErrInvalidArgument).
 func invalid(err error) error { return fmt.Errorf("sqlserver: %w", err) }
@@ -122,6 +170,26 @@ func retry(ctx context.Context, fn func() error) error {
 	return err
 }
 
-// IsStaleConn implements outbox.StaleConnChecker: go-mssqldb reports a pooled
-// connection the server closed as driver.ErrBadConn.
-func (s *Store) IsStaleConn(err error) bool { return errors.Is(err, driver.ErrBadConn) }
+// IsStaleConn implements outbox.StaleConnChecker, which asks it about a BEGIN's error
+// only. go-mssqldb reports driver.ErrBadConn (and database/sql takes another connection
+// by itself) only for a connection it already knew was broken, or when sending failed.
+// A pooled connection that the server closed cleanly while it sat idle (a gateway's
+// or load balancer's idle timeout, a failover, a restart) is found out when the
+// BEGIN's response is read: the driver returns the read's *net.OpError (wrapping
+// io.EOF when the server closed the socket), or io.EOF itself. The transaction was
+// never begun, so the caller may take another connection. The same errors later in a
+// transaction are not stale connections: the transaction's outcome is what matters
+// there, and publisher never asks.
+func (s *Store) IsStaleConn(err error) bool { return isStaleConn(err) }
+
+func isStaleConn(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller gave up; another connection would not help
+	}
+	var op *net.OpError
+	return errors.Is(err, driver.ErrBadConn) || errors.As(err, &op) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}

@@ -2,9 +2,14 @@ package sqlserver
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	mssql "github.com/microsoft/go-mssqldb"
@@ -105,5 +110,86 @@ func TestInboxSchemaHint(t *testing.T) {
 	other := mssql.Error{Number: 207, Message: "Invalid column name 'other'."}
 	if got := inboxSchemaHint(other, "[dbo].[inbox]"); errors.Is(got, outbox.ErrSchemaOutdated) {
 		t.Fatalf("another missing column got the hint: %v", got)
+	}
+}
+
+// Every transient number of the contract's list comes back as *outbox.RetryableError,
+// alone, wrapped, or as one error of a batch; its neighbours do not.
+func TestTransientErrorNumbers(t *testing.T) {
+	for _, n := range []int32{1204, 1205, 1222, 3960, 4221, 10928, 10929, 40197, 40501, 40613, 49918, 49919, 49920} {
+		e := mssql.Error{Number: n, Message: fmt.Sprintf("error %d", n)}
+		for _, err := range []error{e, fmt.Errorf("exec: %w", e), mssql.Error{Number: 3621, All: []mssql.Error{{Number: 3621}, e}}} {
+			if !outbox.IsRetryable(wrap("x", err)) {
+				t.Errorf("%d (%v) is not retryable", n, err)
+			}
+		}
+	}
+	for _, n := range []int32{0, 102, 208, 547, 1203, 2627, 2601, 4060, 18456, 40615, 40544} {
+		if outbox.IsRetryable(wrap("x", mssql.Error{Number: n})) {
+			t.Errorf("%d is retryable; it is not transient", n)
+		}
+	}
+	// Only deadlock victims are run again inside the store: the others may have broken
+	// the connection or need the caller's backoff.
+	for _, n := range []int32{1204, 40613, 40501} {
+		calls := 0
+		_ = retry(context.Background(), func() error { calls++; return mssql.Error{Number: n} })
+		if calls != 1 {
+			t.Errorf("%d was run %d times inside the store", n, calls)
+		}
+	}
+}
+
+// The errors of a BEGIN on a pooled connection that the server closed while it sat
+// idle, as go-mssqldb v1.11.2 returns them: tokenProcessor's read of the response
+// turns io.EOF into a *net.OpError (Op "Read"); a reset is a *net.OpError of the
+// socket. database/sql's driver.ErrBadConn too. Server errors, cancellation and other
+// failures are not stale connections.
+func TestIsStaleConn(t *testing.T) {
+	s := &Store{}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}}
+	for _, c := range []struct {
+		name  string
+		err   error
+		stale bool
+	}{
+		{"EOF read by the driver", &net.OpError{Op: "Read", Err: io.EOF}, true},
+		{"connection reset", reset, true},
+		{"broken pipe", &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}, true},
+		{"io.EOF", io.EOF, true},
+		{"unexpected EOF", io.ErrUnexpectedEOF, true},
+		{"wrapped EOF", fmt.Errorf("begin: %w", io.EOF), true},
+		{"wrapped OpError", fmt.Errorf("begin: %w", reset), true},
+		{"bad conn", driver.ErrBadConn, true},
+		{"nil", nil, false},
+		{"server error", mssql.Error{Number: 1205}, false},
+		{"login failed", mssql.Error{Number: 18456}, false},
+		{"cancelled", context.Canceled, false},
+		{"deadline", context.DeadlineExceeded, false},
+		{"cancelled read", &net.OpError{Op: "Read", Err: context.Canceled}, false},
+		{"other", errors.New("mssql: unknown type"), false},
+	} {
+		if got := s.IsStaleConn(c.err); got != c.stale {
+			t.Errorf("%s: IsStaleConn(%v) = %v, want %v", c.name, c.err, got, c.stale)
+		}
+	}
+}
+
+// Error 1934 (a writer without the SET options of filtered indexes, typically a trigger
+// created with QUOTED_IDENTIFIER OFF) names the fix, and the driver's error stays
+// reachable.
+func TestSetOptionsHint(t *testing.T) {
+	e := mssql.Error{Number: 1934, Message: "INSERT failed because the following SET options have incorrect settings: 'QUOTED_IDENTIFIER'."}
+	err := wrap("insert", e)
+	for _, want := range []string{"QUOTED_IDENTIFIER ON", "uses_quoted_identifier = 0", "recreate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if got, ok := serverError(err); !ok || got.Number != 1934 {
+		t.Fatalf("the driver error is not reachable: %v", err)
+	}
+	if outbox.IsRetryable(err) {
+		t.Fatal("1934 is not transient")
 	}
 }

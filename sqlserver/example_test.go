@@ -8,8 +8,8 @@ import (
 	"github.com/relayer-go/watermill-outbox/sqlserver"
 )
 
-// CreateScript gives the idempotent T-SQL for a deployment tool; every CREATE is
-// guarded, so running it again changes nothing.
+// CreateScript gives the idempotent T-SQL for a deployment tool; every CREATE and ALTER
+// is guarded, so running it again changes nothing.
 func ExampleCreateScript() {
 	script, err := sqlserver.CreateScript(outbox.Options{Schema: "messaging", TablePrefix: "orders_"})
 	if err != nil {
@@ -27,6 +27,10 @@ func ExampleCreateScript() {
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_lane_seq' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_parked' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_claims' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
+	// IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_pk' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
+	// IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_pending' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
+	// IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_parked' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
+	// IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_claims' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
 	// IF OBJECT_ID(N'[messaging].[orders_outbox_lanes]', N'U') IS NULL
 	// IF OBJECT_ID(N'[messaging].[orders_outbox_nodes]', N'U') IS NULL
 	// IF OBJECT_ID(N'[messaging].[orders_inbox]', N'U') IS NULL

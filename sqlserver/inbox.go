@@ -23,7 +23,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	if tx == nil {
 		return false, invalidf("record inbox", "tx is nil")
 	}
-	key := []any{named("consumer", []byte(consumer)), named("uuid", []byte(messageUUID))}
+	key := []any{named("consumer", payload([]byte(consumer))), named("uuid", payload([]byte(messageUUID)))}
 	_, err := tx.ExecContext(ctx, s.q.inboxRecord, append(key, named("at", processedAt.UTC()))...)
 	switch {
 	case err == nil:
@@ -67,13 +67,13 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	if limit <= 0 {
 		return 0, ctx.Err()
 	}
-	n, err := s.exec(ctx, s.q.inboxPrune, named("limit", int64(limit)), named("before", before.UTC()))
+	n, err := s.changed(ctx, s.q.inboxPrune, named("limit", int64(limit)), named("before", before.UTC()))
 	return n, wrap("prune inbox", err)
 }
 
 // InboxStats returns the entries and oldest instant per consumer.
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
-	rows, err := s.query(ctx, s.q.inboxStats)
+	rows, err := s.query(ctx, s.q.inboxStats, named("scope", int32(0)))
 	if err != nil {
 		return outbox.InboxStats{}, wrap("inbox stats", inboxSchemaHint(err, s.q.inbox))
 	}
@@ -100,7 +100,7 @@ func (s *Store) AcquireInboxLease(ctx context.Context, l outbox.InboxLeaseParams
 	if err := outbox.CheckInboxLease(l); err != nil {
 		return false, fmt.Errorf("sqlserver: %w", err)
 	}
-	n, err := s.exec(ctx, s.q.inboxAcquire, named("owner", l.Owner), named("tok", l.Token[:]),
+	n, err := s.changed(ctx, s.q.inboxAcquire, named("owner", text(l.Owner)), named("tok", l.Token[:]),
 		named("now", l.Now.UTC()), named("until", l.Until.UTC()))
 	return n > 0, wrap("acquire inbox lease", err)
 }
@@ -110,6 +110,6 @@ func (s *Store) ReleaseInboxLease(ctx context.Context, token outbox.Token) (bool
 	if token.IsZero() {
 		return false, nil
 	}
-	n, err := s.exec(ctx, s.q.inboxRelease, named("tok", token[:]))
+	n, err := s.changed(ctx, s.q.inboxRelease, named("tok", token[:]))
 	return n > 0, wrap("release inbox lease", err)
 }

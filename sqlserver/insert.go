@@ -3,6 +3,7 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"unicode/utf8"
 
@@ -18,8 +19,9 @@ const (
 	// cost (a metadata round trip) only pays off for larger batches.
 	BulkThreshold = 64
 	// BulkBytes is the payload (headers, bodies and strings) above which Insert uses bulk
-	// copy whatever the row count, so huge parameter lists never reach sp_executesql.
-	BulkBytes = 8 << 20
+	// copy whatever the row count, so huge parameter lists never reach sp_executesql
+	// (headers and bodies travel there as hex text, twice their size).
+	BulkBytes = 4 << 20
 
 	// maxParams is the most parameters one INSERT statement carries: SQL Server allows
 	// 2,100 per request; the margin is room for the driver and future columns.
@@ -79,7 +81,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record)
 	for _, c := range planChunks(len(records), len(insertCols)) {
 		args = args[:0]
 		for i := c.Start; i < c.End; i++ {
-			args = appendRow(args, &records[i])
+			args = insertParams(args, &records[i])
 		}
 		if _, err := tx.ExecContext(ctx, s.q.insert(c.End-c.Start), args...); err != nil {
 			return wrap("insert", err)
@@ -121,9 +123,42 @@ func nullable(s string) any {
 	return s
 }
 
-// appendRow appends r's values in insertCols order. A nil []byte would be sent as NULL,
-// so an empty body is passed as an empty, non-nil slice.
-func appendRow(args []any, r *outbox.Record) []any {
+// text is a string parameter declared nvarchar(max) whatever its length. go-mssqldb
+// declares a plain string as nvarchar(n) of its own length, and SQL Server caches one
+// plan per distinct parameter declaration list, so statements whose strings vary in
+// length (an error text, an owner, a key, every Insert) would each compile a plan of
+// their own and fill the plan cache with single-use entries.
+func text(s string) any { return mssql.NVarCharMax(s) }
+
+// payload is a byte string parameter declared varchar(max) whatever its length: its
+// hex digits, which the statement turns back into bytes with CONVERT(varbinary(max),
+// ..., 2) (see hexParam). go-mssqldb v1.11.2 declares []byte as varbinary(n) of its own
+// length and has no varbinary(max) parameter type; ids and tokens are always 16 bytes
+// and go as []byte (varbinary(16)).
+func payload(b []byte) any { return mssql.VarCharMax(hex.EncodeToString(b)) }
+
+// insertParams appends r's parameters for the parameterised INSERT, in insertCols
+// order, each of a fixed declared type (see text, payload and queries.insert): one plan
+// per row count. A lane is a typed NULL (int) when unordered; optional strings go as ""
+// and the statement stores NULL for them.
+func insertParams(args []any, r *outbox.Record) []any {
+	lane := sql.NullInt32{}
+	if r.Lane != outbox.Unordered {
+		lane = sql.NullInt32{Int32: int32(r.Lane), Valid: true}
+	}
+	deliver := r.DeliverAt
+	if deliver.IsZero() {
+		deliver = r.CreatedAt
+	}
+	return append(args, r.ID[:], text(r.MessageUUID), lane, text(r.OrderingKey), text(r.Transport), text(r.Destination),
+		text(r.MessageType), payload(r.Headers), payload(r.Body), text(r.TenantID), r.CreatedAt.UTC(), deliver.UTC())
+}
+
+// bulkRow appends r's values for bulk copy in insertCols order, as go-mssqldb's bulk
+// copy takes them (plain string and []byte; the column types come from the table). A
+// nil []byte would be sent as NULL, so an empty body is passed as an empty, non-nil
+// slice.
+func bulkRow(args []any, r *outbox.Record) []any {
 	var lane any
 	if r.Lane != outbox.Unordered {
 		lane = int32(r.Lane)
@@ -158,7 +193,7 @@ func (s *Store) bulkInsert(ctx context.Context, tx *sql.Tx, records []outbox.Rec
 	}()
 	args := make([]any, 0, len(insertCols))
 	for i := range records {
-		args = appendRow(args[:0], &records[i])
+		args = bulkRow(args[:0], &records[i])
 		if _, err := stmt.ExecContext(ctx, args...); err != nil {
 			return err
 		}

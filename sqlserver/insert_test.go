@@ -69,20 +69,30 @@ func TestPlanChunks(t *testing.T) {
 	}
 }
 
-// The generated INSERT has exactly one parameter per value, numbered @p1..@pN.
+// The generated INSERT uses exactly one parameter per value, numbered @p1..@pN in
+// order (an optional string's appears twice: its length is tested, then it is used).
 func TestInsertStatementParameters(t *testing.T) {
 	q := newQueries(newNames(outbox.Options{}))
 	for _, rows := range []int{1, 64, 166} {
 		sql := q.insert(rows)
-		params := regexp.MustCompile(`@p(\d+)`).FindAllStringSubmatch(sql, -1)
-		if len(params) != rows*len(insertCols) {
-			t.Fatalf("%d rows: %d parameters", rows, len(params))
+		var order []string
+		seen := map[string]bool{}
+		for _, m := range regexp.MustCompile(`@p(\d+)`).FindAllStringSubmatch(sql, -1) {
+			if !seen[m[1]] {
+				seen[m[1]] = true
+				order = append(order, m[1])
+			}
 		}
-		if last := params[len(params)-1][1]; last != strconv.Itoa(rows*len(insertCols)) {
-			t.Fatalf("%d rows: last parameter @p%s", rows, last)
+		if len(order) != rows*len(insertCols) {
+			t.Fatalf("%d rows: %d parameters", rows, len(order))
 		}
-		if strings.Count(sql, "(@p") != rows {
-			t.Fatalf("%d rows: %d value lists", rows, strings.Count(sql, "(@p"))
+		for i, n := range order {
+			if n != strconv.Itoa(i+1) {
+				t.Fatalf("%d rows: parameter %d is @p%s", rows, i+1, n)
+			}
+		}
+		if lists := strings.Count(sql, "), (@p") + 1; lists != rows {
+			t.Fatalf("%d rows: %d value lists", rows, lists)
 		}
 	}
 }
@@ -133,11 +143,11 @@ func TestInsertValidatesFirst(t *testing.T) {
 
 // An empty body goes out as an empty value, never NULL (the column is NOT NULL);
 // DeliverAt defaults to CreatedAt; instants go out in UTC.
-func TestAppendRow(t *testing.T) {
+func TestBulkRow(t *testing.T) {
 	r := validRecord()
 	r.Body = nil
 	r.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600))
-	args := appendRow(nil, &r)
+	args := bulkRow(nil, &r)
 	if len(args) != len(insertCols) {
 		t.Fatalf("%d values for %d columns", len(args), len(insertCols))
 	}
@@ -155,7 +165,7 @@ func TestAppendRow(t *testing.T) {
 		t.Fatalf("id %x", id)
 	}
 	r.Lane = 3
-	if lane := appendRow(nil, &r)[2]; lane != int32(3) {
+	if lane := bulkRow(nil, &r)[2]; lane != int32(3) {
 		t.Fatalf("lane %#v, want int32(3) (an int parameter, not bigint)", lane)
 	}
 }
@@ -178,19 +188,19 @@ func TestBulkCopyTableName(t *testing.T) {
 	}
 }
 
-// The values appendRow sends are of the Go types go-mssqldb v1.11.2 accepts for each
-// column, both as sp_executesql parameters and in bulk copy (Bulk.makeParam switches on
+// The values bulkRow sends are of the Go types go-mssqldb v1.11.2's bulk copy accepts
+// for each column (Bulk.makeParam switches on
 // the column's type: []byte for binary and varbinary, string for nvarchar, an integer
 // for int, time.Time for datetimeoffset, untyped nil for NULL). A nil []byte would go
 // out as NULL (a PLP NULL in bulk copy), which the NOT NULL columns reject.
-func TestAppendRowTypes(t *testing.T) {
+func TestBulkRowTypes(t *testing.T) {
 	full := validRecord()
 	full.Lane, full.OrderingKey, full.MessageType, full.TenantID = 2, "k", "t", "x"
 	full.Body = nil
 	bare := validRecord()
 	bare.Body = []byte{}
 	for _, r := range []outbox.Record{full, bare} {
-		args := appendRow(nil, &r)
+		args := bulkRow(nil, &r)
 		for i, col := range insertCols {
 			v := args[i]
 			ok := false

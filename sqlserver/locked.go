@@ -66,7 +66,7 @@ func (s *Store) finishBatch(ctx context.Context, tx *sql.Tx, in batchids.Set, p 
 			retryAt = f.RetryAt
 		}
 		if _, err := exec(s.q.lockedFail, named("id", f.ID[:]), named("now", f.Now.UTC()),
-			named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park)); err != nil {
+			named("err", text(f.Error)), named("retry", retryAt.UTC()), named("park", f.Park)); err != nil {
 			return err
 		}
 	}

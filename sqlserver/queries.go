@@ -3,6 +3,8 @@ package sqlserver
 import (
 	"strconv"
 	"strings"
+
+	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 // All of the dialect's DML lives here, built once per store from the quoted names.
@@ -43,11 +45,40 @@ func eligible(a string) string {
 // whichever way the database is set.
 const skipLocked = "WITH (READPAST, READCOMMITTEDLOCK)"
 
-// counted prefixes a statement whose affected-row count the store reports. A server
-// whose 'user options' turn NOCOUNT on for every session would otherwise make every
-// change report 0 rows (go-mssqldb takes the count from the DONE tokens NOCOUNT strips):
-// completions, renewals and lease acquisitions would all look refused.
-func counted(stmt string) string { return "SET NOCOUNT OFF;\n" + stmt }
+// readCommitted pins a batch's isolation level. READPAST is refused (error 650) under
+// SERIALIZABLE and SNAPSHOT, and a pooled session may carry either: a SessionInitSQL,
+// an application's transaction that set it, or a server default. SET TRANSACTION
+// ISOLATION LEVEL inside a batch that go-mssqldb sends through sp_executesql (any batch
+// with arguments) ends with the batch, so the session keeps its own level.
+const readCommitted = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n"
+
+// counted turns one INSERT, UPDATE, DELETE or MERGE whose row count the store reports
+// into a batch that returns the count as data: its OUTPUT clause writes one row per
+// changed row into @changed, and the batch ends with SELECT COUNT_BIG(*) of it. The
+// count cannot come from the server's DONE tokens: go-mssqldb adds up those of every
+// statement of the request, including the statements of triggers on the table (an
+// audit trigger would double a Complete's count, and the forwarder would read a lane's
+// fenced delete as a lost lease), and a trigger doing DML of its own even when the
+// statement changed nothing would make a refused Fail look done. NOCOUNT is on, so no
+// statement sends a count at all, whatever the server's 'user options' say. OUTPUT
+// goes INTO a table variable because a bare OUTPUT is refused (error 334) on a table
+// with enabled triggers.
+//
+// The OUTPUT clause goes before the statement's first " WHERE " (UPDATE and DELETE;
+// none of their SET clauses holds one), or at the end (a MERGE, before its ";", and a
+// DELETE through a CTE, whose WHERE is the CTE's).
+func counted(stmt string) string {
+	const output = " OUTPUT 1 INTO @changed"
+	switch i := strings.Index(stmt, " WHERE "); {
+	case strings.HasPrefix(stmt, "MERGE "), strings.HasPrefix(stmt, "WITH "):
+		stmt = strings.TrimSuffix(stmt, ";") + output + ";"
+	case i >= 0:
+		stmt = stmt[:i] + output + stmt[i:] + ";"
+	default:
+		stmt += output + ";"
+	}
+	return "SET NOCOUNT ON;\nDECLARE @changed TABLE (n int NOT NULL);\n" + stmt + "\nSELECT COUNT_BIG(*) FROM @changed;"
+}
 
 func binParam(name string) string { return "CAST(@" + name + " AS binary(16))" }
 
@@ -86,12 +117,15 @@ func newQueries(n names) *queries {
 	q := &queries{outbox: s + quoteIdent(n.outbox), lanes: s + quoteIdent(n.lanes), nodes: s + quoteIdent(n.nodes)}
 	t := q.outbox
 
-	// READPAST: a read or count does not wait for writers' open transactions (their rows
-	// are not committed, so not eligible) nor for rows being claimed.
-	read := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + skipLocked + " WHERE %s AND o.id > " +
-		binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
-	q.readUnordered = strings.Replace(read, "%s", "o.lane IS NULL", 1)
-	q.readLane = strings.Replace(read, "%s", "o.lane = @lane", 1)
+	// READPAST: an unordered read or a count does not wait for writers' open
+	// transactions (their rows are not committed, so not eligible) nor for rows being
+	// claimed. A lane's read never skips (see laneRun): it waits for its locked rows.
+	read := func(hints, lane string) string {
+		return readCommitted + "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + hints + " WHERE " + lane +
+			" AND o.id > " + binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
+	}
+	q.readUnordered = read(skipLocked, "o.lane IS NULL")
+	q.readLane = read("WITH (READCOMMITTEDLOCK)", "o.lane = @lane")
 
 	q.claimUnordered = q.claim("WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", "o.lane IS NULL AND o.id > "+binParam("after")+" AND "+eligible("o"))
 	// LockBatch's read: the same rows as an unordered claim, whose update locks the
@@ -99,82 +133,101 @@ func newQueries(n names) *queries {
 	q.lockUnordered = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) " +
 		"WHERE o.lane IS NULL AND o.id > " + binParam("after") + " AND " + eligible("o") + " ORDER BY o.id"
 	// Head: the pending rows of one lane in seq order (the order they were inserted, see
-	// schema.go). READPAST passes over writers' uncommitted inserts (not visible yet
-	// either way) instead of waiting for them.
-	q.laneRun = "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o " + skipLocked +
+	// schema.go). No READPAST, on purpose: a lane's head row that another session has
+	// locked must hold the lane, never be skipped. Skipping it would send the rows behind
+	// it first: the old owner's fenced delete or Fail of that row during a takeover (it
+	// may roll back and the row stay), an operator's Park or Requeue, or a writer's row
+	// not committed yet that will sort before the rows after it. So the read waits for
+	// the lock, as the ordered claim does (laneHead); READCOMMITTEDLOCK makes it a
+	// locking read under READ_COMMITTED_SNAPSHOT too, so it never returns a version the
+	// lock holder is about to replace.
+	q.laneRun = readCommitted + "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WITH (READCOMMITTEDLOCK)" +
 		" WHERE o.status = 'pending' AND o.lane = @lane AND o.seq > @after ORDER BY o.seq"
 	// Every parked row of a keyed lane (few by design); Head keeps the smallest seq per
-	// key in Go, comparing keys exactly whatever the column's collation.
-	q.parkedKeys = "SELECT ordering_key, seq FROM " + t + " WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL"
+	// key in Go, comparing keys exactly whatever the column's collation. No READPAST
+	// either: a parked row skipped while it is locked would let its key's later rows go.
+	// It seeks the parked index, which writers' inserts (pending rows) never lock; only
+	// Park, Requeue and Purge do, briefly.
+	q.parkedKeys = readCommitted + "SELECT ordering_key, seq FROM " + t + " WITH (READCOMMITTEDLOCK) WHERE status = 'parked' AND lane = @lane AND ordering_key IS NOT NULL"
 	q.claimLane = q.claimLaneBatch(false)
 	q.claimLaneHold = q.claimLaneBatch(true)
 
-	failSQL := counted("UPDATE ") + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
+	failSQL := "UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
 		"WHERE id = " + binParam("id") + " AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now AND status = 'pending'"
-	q.fail = failSQL
+	q.fail = counted(failSQL)
 	// A locked batch's failure: the batch holds the row's lock, so no claim to check.
 	q.lockedFail = "UPDATE " + t + " WITH (ROWLOCK) SET attempts = attempts + 1, last_error = @err, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END WHERE id = " + binParam("id")
-	q.failFenced = failSQL + " AND lane = @lane AND " + q.liveLease()
+	q.failFenced = counted(failSQL + " AND lane = @lane AND " + q.liveLease())
 	// A head row's failure (read with Head): fenced by the lease alone.
-	q.failLane = counted("UPDATE ") + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
+	q.failLane = counted("UPDATE " + t + " SET attempts = attempts + 1, last_error = @err, claim_token = NULL, claim_expires_at = NULL, " +
 		"deliver_at = CASE WHEN @retry > @now THEN @retry ELSE deliver_at END, " +
 		"status = CASE WHEN @park = 1 THEN 'parked' ELSE status END " +
-		"WHERE id = " + binParam("id") + " AND status = 'pending' AND lane = @lane AND " + q.liveLease()
+		"WHERE id = " + binParam("id") + " AND status = 'pending' AND lane = @lane AND " + q.liveLease())
 
-	q.park = counted("UPDATE ") + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
-		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)"
+	q.park = counted("UPDATE " + t + " SET status = 'parked', last_error = @reason, claim_token = NULL, claim_expires_at = NULL " +
+		"WHERE id = " + binParam("id") + " AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= @now)")
 
-	q.count = "SELECT COUNT_BIG(*) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o")
+	q.count = readCommitted + "SELECT COUNT_BIG(*) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o")
 	// One statement, so the lanes and the parked count come from one read.
-	q.stats = "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o") +
+	q.stats = readCommitted + "SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM " + t + " AS o " + skipLocked + " WHERE " + eligible("o") +
 		" GROUP BY o.lane UNION ALL SELECT 1, NULL, COUNT_BIG(*), NULL FROM " + t + " AS p " + skipLocked + " WHERE p.status = 'parked'"
-	// Each half is the last entry of a filtered index. No READPAST: this is the
-	// forwarder's check that no row lies beyond its lane count, and skipping a locked
-	// last entry (a row of the highest lane being claimed, completed or failed) would
-	// report a lower lane and let a misconfigured forwarder start. It may wait for a
-	// writer's open transaction instead (not under READ_COMMITTED_SNAPSHOT).
-	// MIN(lane) of the pending rows above @after: one seek of the lane index.
-	q.nextPendingLane = "SELECT MIN(lane) FROM " + t + " WHERE status = 'pending' AND lane > @after"
-	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WHERE status = 'pending' " +
-		"UNION ALL SELECT MAX(lane) FROM " + t + " WHERE status = 'parked') AS m"
+	// The lane scout's probe: MIN(lane) of the pending rows above @after, one seek of
+	// the lane index. READPAST: it never waits behind a writer's open transaction (under
+	// locking READ COMMITTED, the on-premises default, it would, and stall the scout for
+	// as long as the writer's business transaction lasts). A lane whose rows are all
+	// locked at that instant is found by the next probe; the lane's worker, when it
+	// holds the lane, reads it on its own anyway.
+	q.nextPendingLane = readCommitted + "SELECT MIN(lane) FROM " + t + " " + skipLocked + " WHERE status = 'pending' AND lane > @after"
+	// Each half is the last entry of a filtered index. READUNCOMMITTED (no locks taken,
+	// none waited for): this is the forwarder's check that no row lies beyond its lane
+	// count, and the safe error is to see too much. Skipping a locked last entry
+	// (READPAST: a row of the highest lane being claimed, completed or failed) would
+	// report a lower lane and let a misconfigured forwarder start; waiting (a plain read
+	// under locking READ COMMITTED) would stall the start behind a writer's open
+	// transaction. A writer's uncommitted row counts: written with more lanes than the
+	// forwarder has, it is the misconfiguration looked for.
+	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'pending' " +
+		"UNION ALL SELECT MAX(lane) FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'parked') AS m"
 
 	parked := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
 	q.parkedAny = parked + " ORDER BY o.id"
 	q.parkedKey = parked + " AND " + sameKey("o.ordering_key", "@key") + " ORDER BY o.id"
 	q.parkedNullKey = parked + " AND o.ordering_key IS NULL ORDER BY o.id"
 
-	requeue := counted("UPDATE ") + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	requeue := "UPDATE " + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked'"
-	q.requeueAll = requeue
-	q.requeueKey = requeue + " AND " + sameKey("ordering_key", "@key")
-	q.requeueNullKey = requeue + " AND ordering_key IS NULL"
-	purge := counted("DELETE FROM ") + t + " WHERE status = 'parked'"
-	q.purgeAll = purge
-	q.purgeKey = purge + " AND " + sameKey("ordering_key", "@key")
-	q.purgeNullKey = purge + " AND ordering_key IS NULL"
+	q.requeueAll = counted(requeue)
+	q.requeueKey = counted(requeue + " AND " + sameKey("ordering_key", "@key"))
+	q.requeueNullKey = counted(requeue + " AND ordering_key IS NULL")
+	purge := "DELETE FROM " + t + " WHERE status = 'parked'"
+	q.purgeAll = counted(purge)
+	q.purgeKey = counted(purge + " AND " + sameKey("ordering_key", "@key"))
+	q.purgeNullKey = counted(purge + " AND ordering_key IS NULL")
 
 	// HOLDLOCK makes the MERGE an atomic upsert: two acquirers of a free lane cannot
 	// both insert (one waits, then sees the other's live lease).
 	// Lease and heartbeat expiries are set and compared on the server's clock (dbNow,
 	// dbUntil: @ttl milliseconds from it), never on a caller's.
-	q.acquireLease = counted("MERGE ") + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
+	q.acquireLease = counted("MERGE " + q.lanes + " WITH (HOLDLOCK) AS l USING (SELECT @lane AS lane) AS s ON l.lane = s.lane " +
 		"WHEN MATCHED AND (l.expires_at <= " + dbNow + " OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.token = " + binParam("tok") + " AND l.expires_at > " + dbUntil + " THEN l.expires_at ELSE " + dbUntil + " END " +
-		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", " + dbUntil + ");"
-	q.renewLease = counted("UPDATE ") + q.lanes + " SET expires_at = CASE WHEN expires_at < " + dbUntil + " THEN " + dbUntil + " ELSE expires_at END " +
-		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > " + dbNow
-	q.releaseLease = counted("DELETE FROM ") + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok")
+		"WHEN NOT MATCHED THEN INSERT (lane, owner, token, expires_at) VALUES (s.lane, @owner, " + binParam("tok") + ", " + dbUntil + ");")
+	q.renewLease = counted("UPDATE " + q.lanes + " SET expires_at = CASE WHEN expires_at < " + dbUntil + " THEN " + dbUntil + " ELSE expires_at END " +
+		"WHERE lane = @lane AND token = " + binParam("tok") + " AND expires_at > " + dbNow)
+	q.releaseLease = counted("DELETE FROM " + q.lanes + " WHERE lane = @lane AND token = " + binParam("tok"))
 	q.leases = "SELECT lane, owner, token, expires_at, CAST(CASE WHEN expires_at > " + dbNow + " THEN 1 ELSE 0 END AS bit) FROM " + q.lanes + " ORDER BY lane"
 
-	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT @owner AS owner) AS s ON n.owner = s.owner " +
+	// @owner is nvarchar(max) (see text); the key column is nvarchar(400), which every
+	// owner fits (checkOwner), so the comparison is a plain seek.
+	q.heartbeat = "MERGE " + q.nodes + " WITH (HOLDLOCK) AS n USING (SELECT CAST(@owner AS nvarchar(400)) AS owner) AS s ON n.owner = s.owner " +
 		"WHEN MATCHED THEN UPDATE SET expires_at = " + dbUntil + " " +
 		"WHEN NOT MATCHED THEN INSERT (owner, expires_at) VALUES (s.owner, " + dbUntil + ");"
 	q.members = "SELECT owner FROM " + q.nodes + " WHERE expires_at > " + dbNow
-	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = @owner"
+	q.leave = "DELETE FROM " + q.nodes + " WHERE owner = CAST(@owner AS nvarchar(400))"
 
 	inbox := s + quoteIdent(n.inbox)
 	q.inbox = inbox
@@ -184,21 +237,33 @@ func newQueries(n names) *queries {
 	// (rolled back). XACT_ABORT OFF (reverted when the parameterised batch ends) keeps
 	// the duplicate error statement-level, so the caller's transaction stays usable
 	// whatever its session sets.
-	q.inboxRecord = "SET XACT_ABORT OFF;\nINSERT INTO " + inbox + " (consumer, message_uuid, processed_at) VALUES (@consumer, @uuid, @at)"
+	q.inboxRecord = "SET XACT_ABORT OFF;\nINSERT INTO " + inbox + " (consumer, message_uuid, processed_at) VALUES (" +
+		inboxKey("consumer") + ", " + inboxKey("uuid") + ", @at)"
 	// After a duplicate (2627/2601) the committed entry counts it. The key was just
 	// found committed; retention may have deleted it since, and then nothing is counted.
-	q.inboxDuplicate = "UPDATE " + inbox + " SET duplicates = duplicates + 1 WHERE consumer = @consumer AND message_uuid = @uuid"
+	q.inboxDuplicate = "UPDATE " + inbox + " SET duplicates = duplicates + 1 WHERE consumer = " + inboxKey("consumer") +
+		" AND message_uuid = " + inboxKey("uuid")
 	// Oldest first (DELETE TOP alone takes any rows): the batch is a CTE ordered by the
 	// age index; READPAST passes over entries an open transaction holds.
-	q.inboxPrune = counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM ") + inbox +
-		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch"
-	q.inboxStats = "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " GROUP BY consumer"
-	q.inboxAcquire = counted("MERGE ") + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
+	q.inboxPrune = readCommitted + counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM "+inbox+
+		" "+skipLocked+" WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch")
+	// READPAST: the handlers' open transactions hold their new entries' locks for as
+	// long as the handlers run; their entries are not applied yet, and the stats are not
+	// held up by them. @scope is unused: an argument makes go-mssqldb send the batch
+	// through sp_executesql, so readCommitted ends with it (see readCommitted).
+	q.inboxStats = readCommitted + "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " " + skipLocked + " GROUP BY consumer"
+	q.inboxAcquire = counted("MERGE " + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
 		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END " +
-		"WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, " + binParam("tok") + ", @until);"
-	q.inboxRelease = counted("DELETE FROM ") + lease + " WHERE name = 'retention' AND token = " + binParam("tok")
+		"WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, " + binParam("tok") + ", @until);")
+	q.inboxRelease = counted("DELETE FROM " + lease + " WHERE name = 'retention' AND token = " + binParam("tok"))
 	return q
+}
+
+// inboxKey is the inbox key parameter name (hex digits, see payload) as the key
+// columns' type.
+func inboxKey(name string) string {
+	return hexParam("@"+name, strconv.Itoa(outbox.InboxKeyMaxBytes))
 }
 
 // dbNow is the server's clock, on which lease and heartbeat expiries are set and
@@ -298,7 +363,7 @@ func idList(n int) string {
 // lease. The CASE never shortens; SQL Server counts every matched row as affected, also
 // those whose expiry stays, which is what Renew reports.
 func (q *queries) renew(n int, fenced bool) string {
-	s := counted("UPDATE ") + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
+	s := "UPDATE " + q.outbox + " SET claim_expires_at = CASE WHEN claim_expires_at < @until THEN @until ELSE claim_expires_at END " +
 		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
 	if n > 0 {
 		s += " AND id IN (" + idList(n) + ")"
@@ -306,13 +371,13 @@ func (q *queries) renew(n int, fenced bool) string {
 	if fenced {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
-	return s
+	return counted(s)
 }
 
 // release gives back the live claims of @tok (among n ids when n > 0) without counting
 // an attempt; fenced adds the lane lease.
 func (q *queries) release(n int, fenced bool) string {
-	s := counted("UPDATE ") + q.outbox + " SET claim_token = NULL, claim_expires_at = NULL " +
+	s := "UPDATE " + q.outbox + " SET claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE claim_token IS NOT NULL AND claim_token = " + binParam("tok") + " AND claim_expires_at > @now"
 	if n > 0 {
 		s += " AND id IN (" + idList(n) + ")"
@@ -320,23 +385,23 @@ func (q *queries) release(n int, fenced bool) string {
 	if fenced {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
-	return s
+	return counted(s)
 }
 
 // completeLane deletes the pending rows of @lane among n ids, fenced by the lease alone
 // (a lane run read with Head).
 func (q *queries) completeLane(n int) string {
-	return counted("DELETE FROM ") + q.outbox + " WHERE id IN (" + idList(n) + ") AND status = 'pending' AND lane = @lane AND " + q.liveLease()
+	return counted("DELETE FROM " + q.outbox + " WHERE id IN (" + idList(n) + ") AND status = 'pending' AND lane = @lane AND " + q.liveLease())
 }
 
 // complete deletes the rows among n ids whose live claim is @tok.
 func (q *queries) complete(n int, fenced bool) string {
-	s := counted("DELETE FROM ") + q.outbox + " WHERE id IN (" + idList(n) + ") AND claim_token = " + binParam("tok") +
+	s := "DELETE FROM " + q.outbox + " WHERE id IN (" + idList(n) + ") AND claim_token = " + binParam("tok") +
 		" AND claim_expires_at > @now"
 	if fenced {
 		s += " AND lane = @lane AND " + q.liveLease()
 	}
-	return s
+	return counted(s)
 }
 
 // lockedDelete deletes n rows of a locked batch (the batch holds their locks).
@@ -351,18 +416,21 @@ func (q *queries) lockedClaim(n int) string {
 }
 
 func (q *queries) requeueIDs(n int) string {
-	return counted("UPDATE ") + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
-		"WHERE status = 'parked' AND id IN (" + idList(n) + ")"
+	return counted("UPDATE " + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+		"WHERE status = 'parked' AND id IN (" + idList(n) + ")")
 }
 
 func (q *queries) purgeIDs(n int) string {
-	return counted("DELETE FROM ") + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")"
+	return counted("DELETE FROM " + q.outbox + " WHERE status = 'parked' AND id IN (" + idList(n) + ")")
 }
 
-// insert returns a multi-row INSERT of rows rows with positional parameters @p1...
+// insert returns a multi-row INSERT of rows rows with positional parameters @p1...,
+// taking insertParams' values: the optional strings are stored as NULL when empty
+// (DATALENGTH, since '=' ignores trailing spaces) and headers and body are converted
+// from their hex digits. So every row's parameters have the same declared types.
 func (q *queries) insert(rows int) string {
 	var b strings.Builder
-	b.Grow(64 + rows*len(insertCols)*7)
+	b.Grow(64 + rows*len(insertCols)*40)
 	b.WriteString("INSERT INTO ")
 	b.WriteString(q.outbox)
 	b.WriteString(" (")
@@ -374,15 +442,32 @@ func (q *queries) insert(rows int) string {
 			b.WriteString(", ")
 		}
 		b.WriteByte('(')
-		for c := range insertCols {
+		for c, col := range insertCols {
 			if c > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("@p")
-			b.WriteString(strconv.Itoa(p))
+			param := "@p" + strconv.Itoa(p)
+			switch col {
+			case "ordering_key", "message_type", "tenant_id":
+				b.WriteString(optionalText(param))
+			case "headers", "body":
+				b.WriteString(hexParam(param, "max"))
+			default:
+				b.WriteString(param)
+			}
 			p++
 		}
 		b.WriteByte(')')
 	}
 	return b.String()
+}
+
+// optionalText is param, or NULL when it is empty.
+func optionalText(param string) string {
+	return "CASE WHEN DATALENGTH(" + param + ") > 0 THEN " + param + " END"
+}
+
+// hexParam converts param, hex digits sent by payload, to varbinary(size).
+func hexParam(param, size string) string {
+	return "CONVERT(varbinary(" + size + "), " + param + ", 2)"
 }

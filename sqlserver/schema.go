@@ -9,7 +9,9 @@ import (
 
 // CreateScript returns idempotent T-SQL that creates the outbox's tables and indexes,
 // and opts.Schema when it is set and missing (as PostgreSQL's CREATE SCHEMA IF NOT
-// EXISTS does): existing objects are left as they are, never validated or altered. The
+// EXISTS does): existing objects are left as they are, never validated or altered,
+// except that the outbox table's own indexes get ALLOW_PAGE_LOCKS = OFF when they
+// allow page locks (tables created by earlier versions; see the package doc). The
 // text is one valid batch (no GO separators), so it can go to a migration tool or to
 // sql.DB.Exec as is.
 func CreateScript(opts outbox.Options) (string, error) {
@@ -64,7 +66,7 @@ func createStatements(opts outbox.Options) []string {
 		"        claim_token binary(16) NULL,\n"+
 		"        claim_expires_at datetimeoffset(7) NULL,\n"+
 		"        seq bigint IDENTITY(1,1) NOT NULL,\n"+
-		"        CONSTRAINT "+q(n.outboxPK)+" PRIMARY KEY CLUSTERED (id),\n"+
+		"        CONSTRAINT "+q(n.outboxPK)+" PRIMARY KEY CLUSTERED (id) WITH (ALLOW_PAGE_LOCKS = OFF),\n"+
 		"        CONSTRAINT "+q(n.ckID)+" CHECK (id <> "+zeroBinary16+"),\n"+
 		"        CONSTRAINT "+q(n.ckLane)+" CHECK (lane >= 0),\n"+
 		"        CONSTRAINT "+q(n.ckHeaders)+" CHECK (DATALENGTH(headers) >= 8),\n"+
@@ -78,10 +80,16 @@ func createStatements(opts outbox.Options) []string {
 		"    ALTER TABLE "+outbox+" SET (LOCK_ESCALATION = DISABLE);\n"+
 		"END;")
 
+	// ALLOW_PAGE_LOCKS = OFF on every index of the outbox table: READPAST skips row
+	// locks only, so a page lock taken by a multi-row write (a Complete of 2,000 ids, a
+	// Requeue or Purge of a key, an application's multi-row INSERT or bulk copy) would
+	// make the claims, LockBatch and the scout wait for the writer's whole transaction.
+	// Without page locks the engine takes row locks (escalation to the table is
+	// disabled above).
 	index := func(name, def string) string {
 		return "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = " + quoteString(name) +
 			" AND object_id = OBJECT_ID(" + quoteString(outbox) + "))\n" +
-			"    CREATE INDEX " + q(name) + " ON " + outbox + " " + def + ";"
+			"    CREATE INDEX " + q(name) + " ON " + outbox + " " + def + " WITH (ALLOW_PAGE_LOCKS = OFF);"
 	}
 	stmts = append(stmts,
 		// Both hot reads: the due unordered rows (lane IS NULL) in id order, and the head
@@ -98,6 +106,13 @@ func createStatements(opts outbox.Options) []string {
 		// any other row.
 		index(n.ixClaims, "(claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL"),
 	)
+	// A table created before the indexes disallowed page locks gets them disallowed
+	// (once: the guard reads sys.indexes).
+	for _, name := range []string{n.outboxPK, n.ixPending, n.ixParked, n.ixClaims} {
+		stmts = append(stmts, "IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = "+quoteString(name)+
+			" AND object_id = OBJECT_ID("+quoteString(outbox)+") AND allow_page_locks = 1)\n"+
+			"    ALTER INDEX "+q(name)+" ON "+outbox+" SET (ALLOW_PAGE_LOCKS = OFF);")
+	}
 
 	stmts = append(stmts, "IF OBJECT_ID("+quoteString(lanes)+", N'U') IS NULL\n"+
 		"    CREATE TABLE "+lanes+" (\n"+

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -40,7 +41,7 @@ func allQueries(q *queries) []string {
 		q.release(0, false), q.release(2, true),
 		q.complete(2, false), q.complete(2, true), q.fail, q.failFenced, q.park,
 		q.laneRun, q.parkedKeys, q.completeLane(2), q.failLane,
-		q.count, q.stats, q.maxLane, q.parkedAny, q.parkedKey, q.parkedNullKey,
+		q.count, q.stats, q.maxLane, q.nextPendingLane, q.parkedAny, q.parkedKey, q.parkedNullKey,
 		q.requeueAll, q.requeueKey, q.requeueNullKey, q.requeueIDs(2),
 		q.purgeAll, q.purgeKey, q.purgeNullKey, q.purgeIDs(2),
 		q.acquireLease, q.renewLease, q.releaseLease, q.leases,
@@ -93,13 +94,13 @@ func TestCreateScriptCreatesNamedSchema(t *testing.T) {
 	}
 }
 
-// Every CREATE is guarded, so the script runs twice; the store runs the same
+// Every CREATE and ALTER INDEX is guarded, so the script runs twice; the store runs the same
 // statements as the script.
 func TestCreateScriptIdempotentGuards(t *testing.T) {
 	opts := outbox.Options{Schema: "m", TablePrefix: "p_"}
 	stmts := createStatements(opts.WithDefaults())
 	for _, s := range stmts {
-		if strings.Contains(s, "CREATE ") && !strings.HasPrefix(s, "IF ") {
+		if (strings.Contains(s, "CREATE ") || strings.Contains(s, "ALTER INDEX")) && !strings.HasPrefix(s, "IF ") {
 			t.Errorf("unguarded statement:\n%s", s)
 		}
 	}
@@ -123,5 +124,33 @@ func TestCreateScriptInvalidOptions(t *testing.T) {
 	_, err := CreateScript(outbox.Options{TablePrefix: strings.Repeat("p", 200)})
 	if err == nil || !strings.Contains(err.Error(), "TablePrefix") {
 		t.Fatalf("CreateScript with a 200-character prefix: %v", err)
+	}
+}
+
+// Every index of the outbox table disallows page locks (READPAST skips row locks only),
+// on creation and, for tables of earlier versions, by a guarded ALTER INDEX; the other
+// tables keep the defaults.
+func TestOutboxIndexesRowLocksOnly(t *testing.T) {
+	n := newNames(outbox.Options{}.WithDefaults())
+	script, err := CreateScript(outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(script, "PRIMARY KEY CLUSTERED (id) WITH (ALLOW_PAGE_LOCKS = OFF)") {
+		t.Error("the outbox's primary key allows page locks")
+	}
+	for _, ix := range []string{n.ixPending, n.ixParked, n.ixClaims} {
+		if !regexp.MustCompile(`CREATE INDEX \[` + ix + `\] ON \[dbo\]\.\[outbox\] [^;]* WITH \(ALLOW_PAGE_LOCKS = OFF\);`).MatchString(script) {
+			t.Errorf("index %s allows page locks", ix)
+		}
+	}
+	for _, ix := range []string{n.outboxPK, n.ixPending, n.ixParked, n.ixClaims} {
+		alter := "AND allow_page_locks = 1)\n    ALTER INDEX [" + ix + "] ON [dbo].[outbox] SET (ALLOW_PAGE_LOCKS = OFF);"
+		if !strings.Contains(script, alter) {
+			t.Errorf("no guarded ALTER INDEX for %s", ix)
+		}
+	}
+	if got := strings.Count(script, "ALLOW_PAGE_LOCKS = OFF"); got != 9 {
+		t.Errorf("ALLOW_PAGE_LOCKS = OFF appears %d times, want 9 (5 indexes, 4 upgrades: ix_lane_seq is new with seq, created without page locks)", got)
 	}
 }

@@ -124,19 +124,21 @@ func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows
 	return rows, err
 }
 
-// exec runs one statement and returns the rows it affected (SQL Server counts the rows
-// an UPDATE matched, also those it left unchanged).
-func (s *Store) exec(ctx context.Context, query string, args ...any) (int, error) {
+// changed runs a counted statement (see counted) and returns the number of rows it
+// changed, which the statement selects; again when chosen as a deadlock victim.
+func (s *Store) changed(ctx context.Context, query string, args ...any) (int, error) {
 	var n int64
-	err := retry(ctx, func() error {
-		res, err := s.db.ExecContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
+	err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, query, args...).Scan(&n) })
+	return int(n), err
+}
+
+// exec runs a statement whose row count nobody reads, again when chosen as a deadlock
+// victim.
+func (s *Store) exec(ctx context.Context, query string, args ...any) error {
+	return retry(ctx, func() error {
+		_, err := s.db.ExecContext(ctx, query, args...)
 		return err
 	})
-	return int(n), err
 }
 
 // Read returns up to len(dst) eligible rows of q.Lane after q.After, in id order.
@@ -306,11 +308,11 @@ func (s *Store) Renew(ctx context.Context, r outbox.RenewParams) (int, error) {
 	fenced := r.Lane != outbox.Unordered
 	base := fenceArgs([]any{named("tok", r.Token[:]), named("now", r.Now.UTC()), named("until", r.Until.UTC())}, r.Lane, r.Lease)
 	if len(r.IDs) == 0 {
-		n, err := s.exec(ctx, s.q.renew(0, fenced), base...)
+		n, err := s.changed(ctx, s.q.renew(0, fenced), base...)
 		return n, wrap("renew", err)
 	}
 	n, err := chunkIDs(r.IDs, func(part []outbox.ID) (int, error) {
-		return s.exec(ctx, s.q.renew(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
+		return s.changed(ctx, s.q.renew(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
 	})
 	return n, wrap("renew", err)
 }
@@ -327,11 +329,11 @@ func (s *Store) Release(ctx context.Context, r outbox.ReleaseParams) (int, error
 	fenced := r.Lane != outbox.Unordered
 	base := fenceArgs([]any{named("tok", r.Token[:]), named("now", r.Now.UTC())}, r.Lane, r.Lease)
 	if len(r.IDs) == 0 {
-		n, err := s.exec(ctx, s.q.release(0, fenced), base...)
+		n, err := s.changed(ctx, s.q.release(0, fenced), base...)
 		return n, wrap("release", err)
 	}
 	n, err := chunkIDs(r.IDs, func(part []outbox.ID) (int, error) {
-		return s.exec(ctx, s.q.release(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
+		return s.changed(ctx, s.q.release(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
 	})
 	return n, wrap("release", err)
 }
@@ -348,13 +350,13 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 	if c.Token.IsZero() { // a lane run read with Head: fenced by the lease alone
 		base := fenceArgs(nil, c.Lane, c.Lease)
 		n, err := chunkIDs(c.IDs, func(part []outbox.ID) (int, error) {
-			return s.exec(ctx, s.q.completeLane(len(part)), idArgs(base[:len(base):len(base)], part)...)
+			return s.changed(ctx, s.q.completeLane(len(part)), idArgs(base[:len(base):len(base)], part)...)
 		})
 		return n, wrap("complete", err)
 	}
 	base := fenceArgs([]any{named("tok", c.Token[:]), named("now", c.Now.UTC())}, c.Lane, c.Lease)
 	n, err := chunkIDs(c.IDs, func(part []outbox.ID) (int, error) {
-		return s.exec(ctx, s.q.complete(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
+		return s.changed(ctx, s.q.complete(len(part), fenced), idArgs(base[:len(base):len(base)], part)...)
 	})
 	return n, wrap("complete", err)
 }
@@ -374,24 +376,24 @@ func (s *Store) Fail(ctx context.Context, f outbox.FailParams) (bool, error) {
 		retryAt = f.RetryAt
 	}
 	args := []any{named("id", f.ID[:]), named("tok", f.Token[:]), named("now", f.Now.UTC()),
-		named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park)}
+		named("err", text(f.Error)), named("retry", retryAt.UTC()), named("park", f.Park)}
 	query := s.q.fail
 	switch {
 	case headRow:
 		query = s.q.failLane
 		args = fenceArgs(args[:1:1], f.Lane, f.Lease)
-		args = append(args, named("now", f.Now.UTC()), named("err", f.Error), named("retry", retryAt.UTC()), named("park", f.Park))
+		args = append(args, named("now", f.Now.UTC()), named("err", text(f.Error)), named("retry", retryAt.UTC()), named("park", f.Park))
 	case f.Lane != outbox.Unordered:
 		query = s.q.failFenced
 		args = fenceArgs(args, f.Lane, f.Lease)
 	}
-	n, err := s.exec(ctx, query, args...)
+	n, err := s.changed(ctx, query, args...)
 	return n > 0, wrap("fail", err)
 }
 
 // Park moves one pending row without a live claim to parked, storing reason.
 func (s *Store) Park(ctx context.Context, id outbox.ID, reason string, now time.Time) (bool, error) {
-	n, err := s.exec(ctx, s.q.park, named("id", id[:]), named("reason", reason), named("now", now.UTC()))
+	n, err := s.changed(ctx, s.q.park, named("id", id[:]), named("reason", text(reason)), named("now", now.UTC()))
 	return n > 0, wrap("park", err)
 }
 
@@ -490,7 +492,7 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 		query = s.q.parkedNullKey
 	default:
 		query = s.q.parkedKey
-		args = append(args, named("key", *q.OrderingKey))
+		args = append(args, named("key", text(*q.OrderingKey)))
 	}
 	rows, err := s.query(ctx, query, args...)
 	if err != nil {
@@ -530,14 +532,14 @@ func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Tim
 	var err error
 	switch {
 	case f.All:
-		n, err = s.exec(ctx, s.q.requeueAll, nowArg)
+		n, err = s.changed(ctx, s.q.requeueAll, nowArg)
 	case f.OrderingKey != nil && *f.OrderingKey == "":
-		n, err = s.exec(ctx, s.q.requeueNullKey, nowArg)
+		n, err = s.changed(ctx, s.q.requeueNullKey, nowArg)
 	case f.OrderingKey != nil:
-		n, err = s.exec(ctx, s.q.requeueKey, nowArg, named("key", *f.OrderingKey))
+		n, err = s.changed(ctx, s.q.requeueKey, nowArg, named("key", text(*f.OrderingKey)))
 	default:
 		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
-			return s.exec(ctx, s.q.requeueIDs(len(part)), idArgs([]any{nowArg}, part)...)
+			return s.changed(ctx, s.q.requeueIDs(len(part)), idArgs([]any{nowArg}, part)...)
 		})
 	}
 	return n, wrap("requeue", err)
@@ -552,14 +554,14 @@ func (s *Store) Purge(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	var err error
 	switch {
 	case f.All:
-		n, err = s.exec(ctx, s.q.purgeAll)
+		n, err = s.changed(ctx, s.q.purgeAll)
 	case f.OrderingKey != nil && *f.OrderingKey == "":
-		n, err = s.exec(ctx, s.q.purgeNullKey)
+		n, err = s.changed(ctx, s.q.purgeNullKey)
 	case f.OrderingKey != nil:
-		n, err = s.exec(ctx, s.q.purgeKey, named("key", *f.OrderingKey))
+		n, err = s.changed(ctx, s.q.purgeKey, named("key", text(*f.OrderingKey)))
 	default:
 		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
-			return s.exec(ctx, s.q.purgeIDs(len(part)), idArgs(nil, part)...)
+			return s.changed(ctx, s.q.purgeIDs(len(part)), idArgs(nil, part)...)
 		})
 	}
 	return n, wrap("purge", err)
@@ -591,7 +593,7 @@ func (s *Store) AcquireLease(ctx context.Context, l outbox.LeaseParams) (bool, e
 	if err := s.checkLease("acquire lease", l); err != nil {
 		return false, err
 	}
-	n, err := s.exec(ctx, s.q.acquireLease, named("lane", int32(l.Lane)), named("owner", l.Owner),
+	n, err := s.changed(ctx, s.q.acquireLease, named("lane", int32(l.Lane)), named("owner", text(l.Owner)),
 		named("tok", l.Token[:]), ttlArg(l.TTL))
 	return n > 0, wrap("acquire lease", err)
 }
@@ -601,7 +603,7 @@ func (s *Store) RenewLease(ctx context.Context, l outbox.LeaseParams) (bool, err
 	if err := s.checkLease("renew lease", l); err != nil {
 		return false, err
 	}
-	n, err := s.exec(ctx, s.q.renewLease, named("lane", int32(l.Lane)), named("tok", l.Token[:]), ttlArg(l.TTL))
+	n, err := s.changed(ctx, s.q.renewLease, named("lane", int32(l.Lane)), named("tok", l.Token[:]), ttlArg(l.TTL))
 	return n > 0, wrap("renew lease", err)
 }
 
@@ -613,7 +615,7 @@ func (s *Store) ReleaseLease(ctx context.Context, lane int, token outbox.Token) 
 	if token.IsZero() {
 		return false, nil
 	}
-	n, err := s.exec(ctx, s.q.releaseLease, named("lane", int32(lane)), named("tok", token[:]))
+	n, err := s.changed(ctx, s.q.releaseLease, named("lane", int32(lane)), named("tok", token[:]))
 	return n > 0, wrap("release lease", err)
 }
 
@@ -635,7 +637,7 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) 
 	if err := outbox.CheckTTL("heartbeat", ttl); err != nil {
 		return invalid(err)
 	}
-	_, err := s.exec(ctx, s.q.heartbeat, named("owner", owner), ttlArg(ttl))
+	err := s.exec(ctx, s.q.heartbeat, named("owner", text(owner)), ttlArg(ttl))
 	return wrap("heartbeat", err)
 }
 
@@ -659,7 +661,7 @@ func (s *Store) Leave(ctx context.Context, owner string) error {
 	if err := checkOwner("leave", owner); err != nil {
 		return err
 	}
-	_, err := s.exec(ctx, s.q.leave, named("owner", owner))
+	err := s.exec(ctx, s.q.leave, named("owner", text(owner)))
 	return wrap("leave", err)
 }
 

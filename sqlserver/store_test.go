@@ -99,21 +99,48 @@ func TestChunkIDs(t *testing.T) {
 	}
 }
 
-// Every statement whose affected-row count a method returns turns NOCOUNT off first:
-// go-mssqldb reads the count from DONE tokens, which NOCOUNT (a server's 'user
-// options' can turn it on for every session) strips, so Complete, Renew, Fail and
-// AcquireLease would all report 0.
+// Every statement whose row count a method returns selects the count as data, from
+// its own OUTPUT rows: go-mssqldb adds up the DONE counts of every statement of a
+// request, including those run by triggers on the table, so a trigger's DML would
+// inflate Complete's, Renew's and a lane run's counts (Conformance/Triggers shows the
+// rule on a live server). NOCOUNT is on, so no DONE token carries a count at all.
 func TestCountedStatements(t *testing.T) {
 	q := newQueries(newNames(outbox.Options{}))
 	for _, stmt := range []string{
 		q.renew(0, false), q.renew(3, true), q.release(0, false), q.release(2, true),
-		q.complete(2, false), q.complete(2, true), q.fail, q.failFenced, q.park,
+		q.complete(2, false), q.complete(2, true), q.completeLane(2), q.fail, q.failFenced, q.failLane, q.park,
 		q.requeueAll, q.requeueKey, q.requeueNullKey, q.requeueIDs(2),
 		q.purgeAll, q.purgeKey, q.purgeNullKey, q.purgeIDs(2),
 		q.acquireLease, q.renewLease, q.releaseLease,
+		q.inboxPrune, q.inboxAcquire, q.inboxRelease,
 	} {
-		if !strings.HasPrefix(stmt, "SET NOCOUNT OFF;\n") {
-			t.Errorf("statement does not turn NOCOUNT off: %s", stmt)
+		lines := strings.Split(strings.TrimPrefix(stmt, readCommitted), "\n")
+		if len(lines) != 4 || lines[0] != "SET NOCOUNT ON;" || lines[1] != "DECLARE @changed TABLE (n int NOT NULL);" ||
+			lines[3] != "SELECT COUNT_BIG(*) FROM @changed;" || strings.Count(lines[2], " OUTPUT 1 INTO @changed") != 1 {
+			t.Errorf("statement does not select its own count:\n%s", stmt)
+			continue
+		}
+		// The OUTPUT clause belongs to the outer statement: before its WHERE, never in
+		// a subquery's (the lease check) or a CTE's.
+		dml := lines[2]
+		out := strings.Index(dml, " OUTPUT ")
+		switch {
+		case strings.HasPrefix(dml, "MERGE "), strings.HasPrefix(dml, "WITH "):
+			if !strings.HasSuffix(dml, " OUTPUT 1 INTO @changed;") {
+				t.Errorf("MERGE or CTE without a final OUTPUT: %s", dml)
+			}
+		case strings.HasPrefix(dml, "UPDATE "), strings.HasPrefix(dml, "DELETE FROM "):
+			if where := strings.Index(dml, " WHERE "); where != out+len(" OUTPUT 1 INTO @changed") || strings.Contains(dml[:out], "SELECT") {
+				t.Errorf("OUTPUT is not the outer statement's, right before its WHERE: %s", dml)
+			}
+		default:
+			t.Errorf("unexpected statement: %s", dml)
+		}
+	}
+	// Statements whose counts nobody reads stay plain.
+	for _, stmt := range []string{q.heartbeat, q.leave, q.lockedDelete(2), q.lockedClaim(2), q.lockedFail} {
+		if strings.Contains(stmt, "@changed") {
+			t.Errorf("uncounted statement selects a count: %s", stmt)
 		}
 	}
 }
@@ -125,5 +152,64 @@ func TestSameKeyComparesLength(t *testing.T) {
 	want := "CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key)"
 	if got != want {
 		t.Fatalf("sameKey = %s\nwant      %s", got, want)
+	}
+}
+
+// Every statement with READPAST pins READ COMMITTED first (READPAST is refused under
+// SERIALIZABLE and SNAPSHOT, error 650, which a pooled session may carry), except
+// LockBatch's read, whose transaction is begun READ COMMITTED. Each has parameters,
+// so that go-mssqldb sends it through sp_executesql and the SET ends with it
+// (InboxStats passes an unused @scope for that).
+func TestReadPastPinsReadCommitted(t *testing.T) {
+	q := newQueries(newNames(outbox.Options{}))
+	for _, stmt := range allQueries(q) {
+		if !strings.Contains(stmt, "READPAST") || stmt == q.lockUnordered {
+			continue
+		}
+		if !strings.HasPrefix(stmt, readCommitted) {
+			t.Errorf("READPAST without READ COMMITTED pinned first:\n%s", stmt)
+		}
+		if !strings.Contains(stmt, "@") && stmt != q.inboxStats {
+			t.Errorf("statement without parameters: its SET would outlive it on the session:\n%s", stmt)
+		}
+	}
+}
+
+// A lane's reads never skip a locked row (issue 36, 42): Head's run and parked-key
+// reads, Read of a lane and the ordered claims read without READPAST, so a head row
+// another session has locked holds the lane instead of letting the rows behind it go
+// first. The unordered claim and LockBatch do skip.
+func TestLaneReadsNeverSkipLockedRows(t *testing.T) {
+	q := newQueries(newNames(outbox.Options{}))
+	for name, stmt := range map[string]string{
+		"laneRun": q.laneRun, "parkedKeys": q.parkedKeys, "readLane": q.readLane,
+		"claimLane": q.claimLane, "claimLaneHold": q.claimLaneHold,
+	} {
+		if strings.Contains(stmt, "READPAST") {
+			t.Errorf("%s skips locked rows:\n%s", name, stmt)
+		}
+		if !strings.Contains(stmt, "READCOMMITTEDLOCK") {
+			t.Errorf("%s is not a locking read (under READ_COMMITTED_SNAPSHOT it would read past a lock holder's change):\n%s", name, stmt)
+		}
+	}
+	for name, stmt := range map[string]string{"claimUnordered": q.claimUnordered, "lockUnordered": q.lockUnordered, "readUnordered": q.readUnordered} {
+		if !strings.Contains(stmt, "READPAST") {
+			t.Errorf("%s does not skip locked rows:\n%s", name, stmt)
+		}
+	}
+}
+
+// The probes that must not wait behind writers' open transactions under locking READ
+// COMMITTED: the lane scout's and the inbox stats skip locked rows, MaxLane takes no
+// locks at all (it must see every row, and may see uncommitted ones).
+func TestProbesDoNotWaitForWriters(t *testing.T) {
+	q := newQueries(newNames(outbox.Options{}))
+	for name, stmt := range map[string]string{"nextPendingLane": q.nextPendingLane, "inboxStats": q.inboxStats, "count": q.count, "stats": q.stats} {
+		if !strings.Contains(stmt, skipLocked) {
+			t.Errorf("%s waits for locked rows:\n%s", name, stmt)
+		}
+	}
+	if strings.Count(q.maxLane, "WITH (READUNCOMMITTED)") != 2 || strings.Contains(q.maxLane, "READPAST") {
+		t.Errorf("maxLane must read both halves without locks and without skipping:\n%s", q.maxLane)
 	}
 }

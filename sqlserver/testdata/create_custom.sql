@@ -30,7 +30,7 @@ BEGIN
         claim_token binary(16) NULL,
         claim_expires_at datetimeoffset(7) NULL,
         seq bigint IDENTITY(1,1) NOT NULL,
-        CONSTRAINT [orders_outbox_pk] PRIMARY KEY CLUSTERED (id),
+        CONSTRAINT [orders_outbox_pk] PRIMARY KEY CLUSTERED (id) WITH (ALLOW_PAGE_LOCKS = OFF),
         CONSTRAINT [orders_outbox_ck_id] CHECK (id <> 0x00000000000000000000000000000000),
         CONSTRAINT [orders_outbox_ck_lane] CHECK (lane >= 0),
         CONSTRAINT [orders_outbox_ck_headers] CHECK (DATALENGTH(headers) >= 8),
@@ -43,16 +43,28 @@ BEGIN
 END;
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_pending' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
-    CREATE INDEX [orders_outbox_ix_pending] ON [messaging].[orders_outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending';
+    CREATE INDEX [orders_outbox_ix_pending] ON [messaging].[orders_outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' WITH (ALLOW_PAGE_LOCKS = OFF);
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_lane_seq' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
-    CREATE INDEX [orders_outbox_ix_lane_seq] ON [messaging].[orders_outbox] (lane, seq) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' AND lane IS NOT NULL;
+    CREATE INDEX [orders_outbox_ix_lane_seq] ON [messaging].[orders_outbox] (lane, seq) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' AND lane IS NOT NULL WITH (ALLOW_PAGE_LOCKS = OFF);
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_parked' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
-    CREATE INDEX [orders_outbox_ix_parked] ON [messaging].[orders_outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked';
+    CREATE INDEX [orders_outbox_ix_parked] ON [messaging].[orders_outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked' WITH (ALLOW_PAGE_LOCKS = OFF);
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_claims' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]'))
-    CREATE INDEX [orders_outbox_ix_claims] ON [messaging].[orders_outbox] (claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL;
+    CREATE INDEX [orders_outbox_ix_claims] ON [messaging].[orders_outbox] (claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL WITH (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_pk' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [orders_outbox_pk] ON [messaging].[orders_outbox] SET (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_pending' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [orders_outbox_ix_pending] ON [messaging].[orders_outbox] SET (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_parked' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [orders_outbox_ix_parked] ON [messaging].[orders_outbox] SET (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'orders_outbox_ix_claims' AND object_id = OBJECT_ID(N'[messaging].[orders_outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [orders_outbox_ix_claims] ON [messaging].[orders_outbox] SET (ALLOW_PAGE_LOCKS = OFF);
 
 IF OBJECT_ID(N'[messaging].[orders_outbox_lanes]', N'U') IS NULL
     CREATE TABLE [messaging].[orders_outbox_lanes] (

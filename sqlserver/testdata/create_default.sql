@@ -27,7 +27,7 @@ BEGIN
         claim_token binary(16) NULL,
         claim_expires_at datetimeoffset(7) NULL,
         seq bigint IDENTITY(1,1) NOT NULL,
-        CONSTRAINT [outbox_pk] PRIMARY KEY CLUSTERED (id),
+        CONSTRAINT [outbox_pk] PRIMARY KEY CLUSTERED (id) WITH (ALLOW_PAGE_LOCKS = OFF),
         CONSTRAINT [outbox_ck_id] CHECK (id <> 0x00000000000000000000000000000000),
         CONSTRAINT [outbox_ck_lane] CHECK (lane >= 0),
         CONSTRAINT [outbox_ck_headers] CHECK (DATALENGTH(headers) >= 8),
@@ -40,16 +40,28 @@ BEGIN
 END;
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_pending' AND object_id = OBJECT_ID(N'[dbo].[outbox]'))
-    CREATE INDEX [outbox_ix_pending] ON [dbo].[outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending';
+    CREATE INDEX [outbox_ix_pending] ON [dbo].[outbox] (lane, id) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' WITH (ALLOW_PAGE_LOCKS = OFF);
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_lane_seq' AND object_id = OBJECT_ID(N'[dbo].[outbox]'))
-    CREATE INDEX [outbox_ix_lane_seq] ON [dbo].[outbox] (lane, seq) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' AND lane IS NOT NULL;
+    CREATE INDEX [outbox_ix_lane_seq] ON [dbo].[outbox] (lane, seq) INCLUDE (deliver_at, claim_expires_at) WHERE status = 'pending' AND lane IS NOT NULL WITH (ALLOW_PAGE_LOCKS = OFF);
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_parked' AND object_id = OBJECT_ID(N'[dbo].[outbox]'))
-    CREATE INDEX [outbox_ix_parked] ON [dbo].[outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked';
+    CREATE INDEX [outbox_ix_parked] ON [dbo].[outbox] (lane, id) INCLUDE (ordering_key) WHERE status = 'parked' WITH (ALLOW_PAGE_LOCKS = OFF);
 
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_claims' AND object_id = OBJECT_ID(N'[dbo].[outbox]'))
-    CREATE INDEX [outbox_ix_claims] ON [dbo].[outbox] (claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL;
+    CREATE INDEX [outbox_ix_claims] ON [dbo].[outbox] (claim_token) INCLUDE (claim_expires_at, lane) WHERE claim_token IS NOT NULL WITH (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_pk' AND object_id = OBJECT_ID(N'[dbo].[outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [outbox_pk] ON [dbo].[outbox] SET (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_pending' AND object_id = OBJECT_ID(N'[dbo].[outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [outbox_ix_pending] ON [dbo].[outbox] SET (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_parked' AND object_id = OBJECT_ID(N'[dbo].[outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [outbox_ix_parked] ON [dbo].[outbox] SET (ALLOW_PAGE_LOCKS = OFF);
+
+IF EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_ix_claims' AND object_id = OBJECT_ID(N'[dbo].[outbox]') AND allow_page_locks = 1)
+    ALTER INDEX [outbox_ix_claims] ON [dbo].[outbox] SET (ALLOW_PAGE_LOCKS = OFF);
 
 IF OBJECT_ID(N'[dbo].[outbox_lanes]', N'U') IS NULL
     CREATE TABLE [dbo].[outbox_lanes] (
