@@ -13,6 +13,15 @@ func ContextWithForwarded(ctx context.Context, v any) context.Context {
 	return context.WithValue(ctx, forwardedKey{}, v)
 }
 
+// WithoutForwarded returns ctx with the mark of ContextWithForwarded hidden: a message
+// a forwarder hands to its target publisher carries the rest of its context, but an
+// in-process Pub/Sub that keeps contexts (gochannel's PreserveContext) must not carry
+// the mark to other handlers, whose publisher or inbox middleware would take their
+// messages for forwarded ones.
+func WithoutForwarded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, forwardedKey{}, nil)
+}
+
 // ForwardedFromContext returns the value ContextWithForwarded stored in ctx (or a
 // context derived from it), and whether there was one.
 func ForwardedFromContext(ctx context.Context) (any, bool) {

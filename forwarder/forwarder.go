@@ -46,11 +46,29 @@ type delivery struct {
 func RowFromContext(ctx context.Context) (Row, bool) {
 	d := deliveryFrom(ctx)
 	if d == nil {
+		d, _ = ctx.Value(rowKey{}).(*delivery)
+	}
+	if d == nil {
 		return Row{}, false
 	}
 	return d.row, true
 }
 
+// rowKey holds the delivery of a message handed to a target publisher: RowFromContext
+// reads it there (a partition key from the row, say), while the forwarded mark that
+// publisher.Middleware and the inbox recognise is hidden (targetContext).
+type rowKey struct{}
+
+// targetContext is the context of a message handed to a target publisher: ctx without
+// the forwarded mark, with the row for RowFromContext. A Pub/Sub that keeps contexts
+// then hands other handlers no mark that would make their middleware skip its
+// transaction.
+func targetContext(ctx context.Context, d *delivery) context.Context {
+	return context.WithValue(outbox.WithoutForwarded(ctx), rowKey{}, d)
+}
+
+// deliveryFrom returns the delivery of a message emitted by this package (marked
+// forwarded), or nil.
 func deliveryFrom(ctx context.Context) *delivery {
 	v, _ := outbox.ForwardedFromContext(ctx)
 	d, _ := v.(*delivery)
@@ -426,8 +444,10 @@ func (f *Forwarder) Close() error {
 		defer deadline.Stop()
 		handBack := time.AfterFunc(f.cfg.ShutdownTimeout-f.cfg.handBackMargin(), f.handBackCancel)
 		defer handBack.Stop()
+		abandoned := false
 		abandon := func() {
 			f.logger.Info("Shutdown timeout: abandoning what is left (claims expire, leases time out)", watermill.LogFields{"timeout": f.cfg.ShutdownTimeout})
+			abandoned = true
 			close(f.abandon)
 			f.hardCancel()
 		}
@@ -461,6 +481,12 @@ func (f *Forwarder) Close() error {
 			<-serviced
 		}
 		f.hardCancel()
+		if !abandoned {
+			// Every row is settled, rolled back or handed back: a handler still in a
+			// target's Publish (one that never returns) gives its message up now, so
+			// that the router's Close returns too.
+			close(f.abandon)
+		}
 		close(f.out)
 		f.logger.Info("Forwarder closed", nil)
 	})
@@ -561,8 +587,13 @@ func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool, d *delivery) (*
 		Attempts: rec.Attempts, CreatedAt: rec.CreatedAt, DeliverAt: rec.DeliverAt,
 	}
 	// The row travels as outbox.ContextWithForwarded, which publisher.Middleware
-	// recognises (it opens no transaction for a forwarded message).
-	msg.SetContext(outbox.ContextWithForwarded(f.baseCtx, d))
+	// recognises (it opens no transaction for a forwarded message). Run hands the
+	// message itself to the target: it gets the target's context (no mark) at once.
+	if f.direct {
+		msg.SetContext(targetContext(f.baseCtx, d))
+	} else {
+		msg.SetContext(outbox.ContextWithForwarded(f.baseCtx, d))
+	}
 	return msg, d, nil
 }
 
@@ -580,13 +611,34 @@ func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
 			return fmt.Errorf("forwarder: unknown transport %q", d.row.Transport)
 		}
 		out := msg.Copy()
-		out.SetContext(msg.Context())
-		if err := pub.Publish(d.row.Destination, out); err != nil {
+		out.SetContext(targetContext(msg.Context(), d))
+		returned, err := f.publish(pub, d.row.Destination, []*message.Message{out})
+		if !returned {
+			return errAbandoned // not deleted: the row is sent again
+		}
+		if err != nil {
 			s := err.Error()
 			d.err.Store(&s)
 			return fmt.Errorf("forwarder: publish to %q (transport %q): %w", d.row.Destination, d.row.Transport, err)
 		}
 		return nil
+	}
+}
+
+// publish calls pub.Publish in a goroutine of its own and waits for it until the
+// forwarder abandons its messages at the shutdown deadline: a call that never returns
+// (a broker client without a timeout) then keeps only its goroutine, and Close (and a
+// router's handler) returns in time. returned is false then; the rows were not deleted
+// and are sent again later (at least once). msgs must not be reused after an abandoned
+// call.
+func (f *Forwarder) publish(pub message.Publisher, topic string, msgs []*message.Message) (returned bool, err error) {
+	done := make(chan error, 1)
+	go func() { done <- pub.Publish(topic, msgs...) }()
+	select {
+	case err := <-done:
+		return true, err
+	case <-f.abandon:
+		return false, nil
 	}
 }
 

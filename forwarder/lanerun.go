@@ -1,6 +1,7 @@
 package forwarder
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,9 +235,13 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 	first := &w.head[p.rows[start]]
 	counters.inFlight.Add(int64(len(p.msgs)))
 	f.reportInFlight(w.lane)
-	err := f.targets[first.Transport].Publish(first.Destination, p.msgs...)
+	returned, err := w.publish(first.Transport, first.Destination, p.msgs)
 	counters.inFlight.Add(-int64(len(p.msgs)))
 	f.reportInFlight(w.lane)
+	if !returned {
+		p.msgs, p.stop = nil, true // the abandoned call keeps its slice; no run reuses it
+		return false
+	}
 	failed := start
 	if err != nil && len(p.msgs) > 1 {
 		// Which of the messages went out is unknown: send them one at a time, so that
@@ -247,6 +252,10 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 	}
 	if err == nil {
 		return true
+	}
+	if errors.Is(err, errAbandoned) {
+		p.sent, p.msgs, p.stop = failed, nil, true
+		return false
 	}
 	rec := &w.head[p.rows[failed]]
 	w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": rec.ID.String()})
@@ -274,9 +283,22 @@ func (w *laneWorker) publishSingles(rows []int) (int, error) {
 		}
 		r := &w.head[i]
 		msg, _, _ := w.prepare(i)
-		if err := w.f.targets[r.Transport].Publish(r.Destination, msg); err != nil {
+		returned, err := w.publish(r.Transport, r.Destination, []*message.Message{msg})
+		if !returned {
+			return k, errAbandoned
+		}
+		if err != nil {
 			return k, err
 		}
 	}
 	return len(rows), nil
+}
+
+// errAbandoned is the failure of a Publish call that had not returned when the
+// shutdown deadline passed: its rows are neither deleted nor failed.
+var errAbandoned = errors.New("forwarder: shutdown deadline passed while a Publish call was running")
+
+// publish is Forwarder.publish to the target of transport.
+func (w *laneWorker) publish(transport, topic string, msgs []*message.Message) (returned bool, err error) {
+	return w.f.publish(w.f.targets[transport], topic, msgs)
 }

@@ -117,3 +117,68 @@ func testHungMessages(t *testing.T, tb *table, withRun bool) {
 	tb.insert(t, recs...)
 	waitFor(t, 60*time.Second, "the other rows delivered past 8 hung messages", func() bool { return target.count() == others })
 }
+
+// A target whose Publish never returns (a broker client without a timeout): Close, and
+// Run after its context is cancelled, return within ShutdownTimeout and a small bound,
+// for ordered and unordered rows, with Run and through a router. The hung row is not
+// deleted: it is sent again later.
+func TestShutdownBoundedWhenPublishHangs(t *testing.T) {
+	for _, withRun := range []bool{false, true} {
+		for _, ordered := range []bool{false, true} {
+			name := "run=" + strconv.FormatBool(withRun) + "/ordered=" + strconv.FormatBool(ordered)
+			t.Run(name, func(t *testing.T) {
+				forEachDialect(t, func(t *testing.T, tb *table) {
+					testShutdownBounded(t, tb, withRun, ordered)
+				})
+			})
+		}
+	}
+}
+
+func testShutdownBounded(t *testing.T, tb *table, withRun, ordered bool) {
+	const timeout = time.Second
+	const bound = 3 * time.Second // scheduling, a loaded machine
+	target := newHangingTarget(t)
+	cfg := Config{ShutdownTimeout: timeout, StatsInterval: -1}
+	f, err := New(tb.store, Targets{"": target}, cfg, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	if withRun {
+		go func() { done <- f.Run(ctx) }()
+	} else {
+		r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, watermill.NopLogger{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.AddToRouter(r); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- r.Run(ctx) }()
+	}
+	key := ""
+	if ordered {
+		key = "k"
+	}
+	tb.insert(t, tb.row("t", key, "hang"))
+	waitFor(t, 30*time.Second, "the hung Publish call", func() bool { return target.hung.Load() == 1 })
+	t0 := time.Now()
+	if withRun {
+		cancel()
+	} else {
+		go func() { _ = f.Close() }() // the router closes its handlers' subscriber too
+		cancel()
+	}
+	select {
+	case <-done:
+		t.Logf("returned %s after the cancel (ShutdownTimeout %s)", time.Since(t0).Round(time.Millisecond), timeout)
+	case <-time.After(timeout + bound):
+		t.Fatalf("not returned %s after the cancel with ShutdownTimeout %s", timeout+bound, timeout)
+	}
+	if n := tb.rows(t); n != 1 {
+		t.Fatalf("%d rows left; want the hung row kept, to be sent again", n)
+	}
+}
