@@ -37,6 +37,10 @@ type Store struct {
 
 	// laneKeyOK is set once the rows table was found keyed by (lane, id) (checkLaneKey).
 	laneKeyOK atomic.Bool
+	// isolation is the pool's session isolation as read once (isolationRead): 0 unread,
+	// 1 READ COMMITTED or stronger, 2 READ UNCOMMITTED (Head then reads in a READ
+	// COMMITTED transaction).
+	isolation atomic.Int32
 	// maxPacket caches the server's max_allowed_packet (0 until first read).
 	maxPacket atomic.Int64
 	// stmts holds the prepared INSERTs of full row groups.
@@ -145,22 +149,70 @@ func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Recor
 	if err := q.Validate(s.opts.Lanes); err != nil {
 		return dst[:0], invalid(err)
 	}
+	uncommitted, err := s.readsUncommitted(ctx)
+	if err != nil {
+		return dst[:0], wrapErr("head", err)
+	}
+	if !uncommitted {
+		out, err := s.head(ctx, s.db, q, dst)
+		return out, wrapErr("head", err)
+	}
+	// A pool whose sessions read uncommitted rows (tx_isolation in the DSN): the head
+	// is read in a READ COMMITTED transaction, so that a row of a transaction that may
+	// still roll back is never sent.
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
+	if err != nil {
+		return dst[:0], wrapErr("head", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read only
+	out, err := s.head(ctx, tx, q, dst)
+	return out, wrapErr("head", err)
+}
+
+// head is Head's reads through e.
+func (s *Store) head(ctx context.Context, e execQuerier, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
 	var parked map[string]int64
 	if q.HoldParkedKeys {
 		var err error
-		if parked, err = s.parkedKeys(ctx, s.db, q.Lane); err != nil {
-			return dst[:0], wrapErr("head", err)
+		if parked, err = s.parkedKeys(ctx, e, q.Lane); err != nil {
+			return dst[:0], err
 		}
 	}
 	now := q.Now.UTC().Truncate(time.Microsecond)
-	out, err := lanehead.Read(dst, q.Limit, parked, now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
-		rows, err := queryB(ctx, s.db, s.q.laneRun, int64(q.Lane), after, int64(limit))
+	return lanehead.Read(dst, q.Limit, parked, now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+		rows, err := queryB(ctx, e, s.q.laneRun, int64(q.Lane), after, int64(limit))
 		if err != nil {
 			return dst, err
 		}
 		return scanRecords(rows, dst, len(dst)+limit)
 	})
-	return out, wrapErr("head", err)
+}
+
+// readsUncommitted reports whether the pool's sessions run at READ UNCOMMITTED, read
+// once per Store from a pooled session (MariaDB names the variable tx_isolation,
+// Oracle MySQL 8 and later transaction_isolation). The claims and locked batches pin
+// READ COMMITTED themselves; Head, a plain read, needs to know.
+func (s *Store) readsUncommitted(ctx context.Context) (bool, error) {
+	switch s.isolation.Load() {
+	case 1:
+		return false, nil
+	case 2:
+		return true, nil
+	}
+	var level string
+	err := s.db.QueryRowContext(ctx, "SELECT @@SESSION.tx_isolation").Scan(&level)
+	if err != nil {
+		if err2 := s.db.QueryRowContext(ctx, "SELECT @@SESSION.transaction_isolation").Scan(&level); err2 != nil {
+			return false, fmt.Errorf("read the session's isolation level: %w", errors.Join(err, err2))
+		}
+	}
+	uncommitted := strings.EqualFold(level, "READ-UNCOMMITTED")
+	if uncommitted {
+		s.isolation.Store(2)
+	} else {
+		s.isolation.Store(1)
+	}
+	return uncommitted, nil
 }
 
 // scanRecords appends up to limit rows to dst and closes rows. A nil dst is allocated
