@@ -104,7 +104,7 @@ type Config struct {
 	ClaimTTL time.Duration
 	// LeaseTTL is how long a lane lease and a heartbeat last; both are renewed every
 	// LeaseTTL/3. A dead forwarder's lanes move to the others after at most LeaseTTL.
-	// Defaults to LeaseTTLDefault.
+	// At least 30ms and at most outbox.MaxTTL (24h). Defaults to LeaseTTLDefault.
 	LeaseTTL time.Duration
 
 	// PollInterval is the delay between polls while rows keep coming; empty polls double
@@ -281,6 +281,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL > 0 && c.LeaseTTL < 30*time.Millisecond {
 		bad("LeaseTTL", "must be at least 30ms, got %s", c.LeaseTTL)
+	}
+	if c.LeaseTTL > outbox.MaxTTL { // the store refuses leases and heartbeats longer
+		bad("LeaseTTL", "must be at most %s (outbox.MaxTTL), got %s", outbox.MaxTTL, c.LeaseTTL)
 	}
 	if c.ClaimTTL > 0 && c.ClaimTTL < 30*time.Millisecond {
 		bad("ClaimTTL", "must be at least 30ms, got %s", c.ClaimTTL)

@@ -91,6 +91,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.RetryJitter = 1.5 }, "RetryJitter"},
 		{func(c *Config) { c.RetryMax = time.Millisecond }, "RetryMax"},
 		{func(c *Config) { c.LeaseTTL = time.Millisecond }, "LeaseTTL"},
+		{func(c *Config) { c.LeaseTTL = outbox.MaxTTL + time.Second }, "at most 24h0m0s"}, // every lease call would fail
 		{func(c *Config) { c.DisableOrdered, c.DisableUnordered = true, true }, "DisableOrdered"},
 		{func(c *Config) { c.PollInterval = -time.Second }, "PollInterval"},
 	}

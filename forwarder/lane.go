@@ -33,6 +33,11 @@ type laneWorker struct {
 	halt      atomic.Bool     // a key of the run failed: start no further key
 	notBefore time.Time       // a failed head is due again then (Config.Now's clock)
 	idle      time.Duration   // the next idle pause (doubles up to MaxPollInterval)
+	// emptyWakes counts the reads after wake-ups in a row that found nothing; from the
+	// second on, wake-ups before quietUntil (time.Now's clock) are merged into one read
+	// then: a flood of wake-ups without rows costs one read per PollInterval.
+	emptyWakes int
+	quietUntil time.Time
 	errDelay  time.Duration   // the next pause after a failed statement
 	// The scout's flag gates only idle polls: after a wake-up or a read that found rows
 	// the worker reads again whatever the flag says (the scout may not have seen a
@@ -102,13 +107,14 @@ func (w *laneWorker) step() bool {
 		w.errDelay = min(2*w.errDelay, cfg.MaxPollInterval)
 		return w.pause(d)
 	case len(w.head) == 0:
+		w.quietAfterEmpty(wasWoken)
 		w.errDelay = cfg.PollInterval
 		w.woken = wasWoken && w.idle == cfg.PollInterval // one more look right after a wake-up
 		d := w.idle
 		w.idle = min(2*w.idle, cfg.MaxPollInterval)
 		return w.pause(d)
 	}
-	w.errDelay, w.idle = cfg.PollInterval, cfg.PollInterval
+	w.errDelay, w.idle, w.emptyWakes = cfg.PollInterval, cfg.PollInterval, 0
 	w.dels = make([]delivery, len(w.head)) // messages sent keep theirs (RowFromContext)
 	return w.settle(w.sendRun())
 }
@@ -239,6 +245,9 @@ func (w *laneWorker) pause(d time.Duration) bool {
 		// look again soon rather than after a long idle pause.
 		w.idle = w.cfg.PollInterval
 		w.woken = true
+		if d := time.Until(w.quietUntil); d > 0 {
+			return w.pauseQuiet(d)
+		}
 	case <-w.h.release:
 		return false
 	case <-w.f.stopping:
@@ -247,6 +256,35 @@ func (w *laneWorker) pause(d time.Duration) bool {
 		return false
 	}
 	return true
+}
+
+// quietAfterEmpty counts a read that found nothing; after the second such read in a
+// row that followed a wake-up, wake-ups wait until PollInterval after it. A commit's
+// own wake-up finds rows, or, when a second wake-up source repeats it, finds nothing
+// once: neither waits.
+func (w *laneWorker) quietAfterEmpty(wasWoken bool) {
+	if !wasWoken {
+		return
+	}
+	w.emptyWakes++
+	if w.emptyWakes >= 2 {
+		w.quietUntil = time.Now().Add(w.cfg.PollInterval)
+	}
+}
+
+// pauseQuiet waits d without taking wake-ups (they merge into the read after it);
+// false when the lane must stop.
+func (w *laneWorker) pauseQuiet(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.h.release:
+	case <-w.f.stopping:
+	case <-w.h.ctx.Done():
+	}
+	return false
 }
 
 func (w *laneWorker) log(msg string, err error, extra watermill.LogFields) {
