@@ -44,6 +44,12 @@ var (
 	// transaction of each message's context (publisher's ContextPublisher) for a message
 	// whose context carries none; nothing of that Publish call is written.
 	ErrNoTransaction = errors.New("outbox: no outbox transaction in the message context")
+
+	// ErrNotFlushed is wrapped by an attached outbox transaction's NotifyCommitted
+	// (publisher's Tx) when messages were published into it after its last Flush: they
+	// are not in the application's committed transaction. The error counts them.
+	ErrNotFlushed = errors.New("outbox: messages published into an attached transaction were never flushed")
+
 	// ErrWakeUnavailable is wrapped by the error of a WakeSource that cannot deliver
 	// wake-ups at all (LISTEN refused or never delivering, as through a transaction-mode
 	// pooler; a wake-up subscription that fails): the forwarder then polls.
