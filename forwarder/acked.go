@@ -15,10 +15,10 @@ import (
 // handler, or Run itself, published; any other ack is a failed send (backoff, attempts,
 // parking), logged once per kind.
 type ackGuard struct {
-	handlerMade atomic.Bool // Handler was called: acks must come with a publish
+	handlerMade atomic.Bool             // Handler was called: acks must come with a publish
 	logger      watermill.LoggerAdapter // set before handlerMade
-	swallowed   sync.Once   // logged: an ack after the handler's publish failed
-	skipped     sync.Once   // logged: an ack without the handler publishing
+	swallowed   sync.Once               // logged: an ack after the handler's publish failed
+	skipped     sync.Once               // logged: an ack without the handler publishing
 }
 
 // sendMark is what a delivery knows about its message's publish.

@@ -58,7 +58,7 @@ func TestAckWithoutPublishIsAFailure(t *testing.T) {
 	}
 	middlewares := []struct {
 		name, logged, reason string
-		mw               func(t *testing.T) message.HandlerMiddleware
+		mw                   func(t *testing.T) message.HandlerMiddleware
 	}{
 		{"PoisonQueue", "acked a message whose publish failed", "broker down", func(t *testing.T) message.HandlerMiddleware {
 			pq, err := middleware.PoisonQueue(gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), "poison")

@@ -294,6 +294,7 @@ const (
 // error.
 func (f *Forwarder) checkLanesRetrying(ctx context.Context) error {
 	delay := f.cfg.PollInterval
+	var cause error // the last failure that was not ctx's end
 	for {
 		checkCtx, cancel := context.WithTimeout(ctx, checkTimeout)
 		err := f.CheckLanes(checkCtx)
@@ -302,8 +303,9 @@ func (f *Forwarder) checkLanesRetrying(ctx context.Context) error {
 		case err == nil, errors.Is(err, outbox.ErrLaneOutOfRange):
 			return err
 		case ctx.Err() != nil:
-			return fmt.Errorf("forwarder: startup check: %w (last error: %v)", ctx.Err(), err)
+			return startupGaveUp(ctx, cause)
 		}
+		cause = err
 		f.logger.Error("Cannot check the outbox table's lanes at startup; retrying", err, watermill.LogFields{"retry_in": delay})
 		t := time.NewTimer(delay)
 		select {

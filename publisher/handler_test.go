@@ -30,16 +30,28 @@ type wiring struct {
 
 var handlerWirings = []wiring{
 	{name: "router Retry+PoisonQueue",
-		routerLevel: func(r, p message.HandlerMiddleware) []message.HandlerMiddleware { return []message.HandlerMiddleware{p, r} }},
+		routerLevel: func(r, p message.HandlerMiddleware) []message.HandlerMiddleware {
+			return []message.HandlerMiddleware{p, r}
+		}},
 	{name: "handler Retry+PoisonQueue",
-		handlerLevel: func(r, p message.HandlerMiddleware) []message.HandlerMiddleware { return []message.HandlerMiddleware{p, r} }},
+		handlerLevel: func(r, p message.HandlerMiddleware) []message.HandlerMiddleware {
+			return []message.HandlerMiddleware{p, r}
+		}},
 	{name: "router PoisonQueue, handler Retry (the issue's wiring)",
-		routerLevel:  func(_, p message.HandlerMiddleware) []message.HandlerMiddleware { return []message.HandlerMiddleware{p} },
-		handlerLevel: func(r, _ message.HandlerMiddleware) []message.HandlerMiddleware { return []message.HandlerMiddleware{r} }},
+		routerLevel: func(_, p message.HandlerMiddleware) []message.HandlerMiddleware {
+			return []message.HandlerMiddleware{p}
+		},
+		handlerLevel: func(r, _ message.HandlerMiddleware) []message.HandlerMiddleware {
+			return []message.HandlerMiddleware{r}
+		}},
 	{name: "router Retry, handler PoisonQueue",
-		routerLevel:  func(r, _ message.HandlerMiddleware) []message.HandlerMiddleware { return []message.HandlerMiddleware{r} },
-		handlerLevel: func(_, p message.HandlerMiddleware) []message.HandlerMiddleware { return []message.HandlerMiddleware{p} },
-		poisonFirst:  true},
+		routerLevel: func(r, _ message.HandlerMiddleware) []message.HandlerMiddleware {
+			return []message.HandlerMiddleware{r}
+		},
+		handlerLevel: func(_, p message.HandlerMiddleware) []message.HandlerMiddleware {
+			return []message.HandlerMiddleware{p}
+		},
+		poisonFirst: true},
 }
 
 // TestHandlerWiringsNeverCommitFailures: Outbox.Handler and NoPublishHandler on a real
