@@ -113,7 +113,7 @@ var (
 	ErrNoTx = errors.New("outbox: inbox: no outbox transaction in the message context")
 
 	// ErrSchemaMissing is wrapped by a store's error when a table of the outbox does not
-	// exist (MySQL 1146, PostgreSQL 42P01/3F000, SQL Server 208, translated at each
+	// exist (MySQL 1146, PostgreSQL 42P01 or 3F000 for its schema, SQL Server 208, translated at each
 	// dialect's edge): the publisher's commit, the forwarder's startup check and the
 	// inbox's record return it. The error names the tables and what to run.
 	ErrSchemaMissing = errors.New("outbox: table does not exist")

@@ -18,7 +18,6 @@ const (
 	erDupEntry        = 1062
 	erBadField        = 1054 // unknown column
 	erNoSuchTable     = 1146 // table doesn't exist
-	erBadDB           = 1049 // unknown database (Options.Schema)
 
 	// MySQL 8.0.24+ closes a connection idle past wait_timeout with this error, which
 	// the next statement reads.
@@ -69,11 +68,12 @@ func isStaleConn(err error) bool {
 	return errors.As(err, &me) && me.Number == erClientInteractionTimeout
 }
 
-// schemaErr names the fix when err says a table of the outbox does not exist (1146, or
-// 1049 for a database that does not exist); any other error is returned unchanged.
+// schemaErr names the fix when err says a table of the outbox does not exist (1146);
+// any other error is returned unchanged. (A database that does not exist, 1049, is the
+// DBA's to create: CreateSchema does not.)
 func (s *Store) schemaErr(err error) error {
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erBadDB) {
+	if errors.As(err, &me) && me.Number == erNoSuchTable {
 		return outbox.SchemaMissing(err, dialect, s.opts)
 	}
 	return err
