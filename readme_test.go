@@ -166,6 +166,33 @@ done:
 	}
 }
 
+// TestQuickstartPostgresInSync: every line of the README's PostgreSQL variant of the
+// quick start is in Example_quickstartPostgres (which go vet compiles).
+func TestQuickstartPostgresInSync(t *testing.T) {
+	src, err := os.ReadFile("example_postgres_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := string(readme)
+	i := strings.Index(r, "these lines differ:\n\n```go\n")
+	if i < 0 {
+		t.Fatal("README.md: no PostgreSQL variant of the quick start")
+	}
+	r = r[i+len("these lines differ:\n\n```go\n"):]
+	r = r[:strings.Index(r, "\n```")]
+	for _, line := range strings.Split(r, "\n") {
+		code, _, _ := strings.Cut(line, " //")
+		code = strings.TrimPrefix(strings.TrimSpace(code), "import ") // an import line: in the import block
+		if !strings.Contains(string(src), code) {
+			t.Errorf("README's PostgreSQL line %q is not in Example_quickstartPostgres", code)
+		}
+	}
+}
+
 type mdLink struct {
 	target string
 	line   int
