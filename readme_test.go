@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 // readmeMaxBytes bounds README.md: it is a first screen, not the manual.
@@ -323,5 +325,33 @@ func TestGithubSlug(t *testing.T) {
 	}
 	if s := headingSlugs("# A\n## A\n```\n# not a heading\n```\n### A\n"); !s["a"] || !s["a-1"] || !s["a-2"] || s["not-a-heading"] {
 		t.Errorf("headingSlugs: %v", s)
+	}
+}
+
+// TestDocsCountFiveTables: every place that counts the tables says five and names the
+// inbox's two, and says how to drop them, as CreateScript creates them.
+func TestDocsCountFiveTables(t *testing.T) {
+	if n := len((outbox.Options{}).TableNames()); n != 5 {
+		t.Fatalf("Options.TableNames has %d tables; the docs say five", n)
+	}
+	for _, f := range []string{"mysql/doc.go", "postgres/doc.go", "sqlserver/doc.go", "docs/operations.md", "inbox/doc.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Join(strings.Fields(strings.ReplaceAll(string(b), "//", "")), " ")
+		for _, want := range []string{"five tables", "inbox_lease"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("%s does not say %q", f, want)
+			}
+		}
+		if f != "inbox/doc.go" && !strings.Contains(strings.ToLower(s), "drop") {
+			t.Errorf("%s does not say how to drop the tables", f)
+		}
+		for _, stale := range []string{"three tables", "three CREATE TABLE"} {
+			if strings.Contains(s, stale) {
+				t.Errorf("%s still says %q", f, stale)
+			}
+		}
 	}
 }

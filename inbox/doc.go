@@ -84,7 +84,7 @@
 // The inbox uses two tables of the store's Options, <prefix>inbox (the records) and
 // <prefix>inbox_lease (the cleaners' lease), created with the outbox's three by the
 // dialect's Store.CreateSchema, CreateScript and `outboxctl schema apply`: one schema
-// step deploys all five. Over tables that were never created, the middleware and the
+// step deploys all five tables. Over tables that were never created, the middleware and the
 // handlers return an error wrapping outbox.ErrSchemaMissing that names the tables and
 // what to run (the router nacks the message; nothing is recorded).
 //
