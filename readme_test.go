@@ -355,3 +355,23 @@ func TestDocsCountFiveTables(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeListsEveryExample: the README links every example directory.
+func TestReadmeListsEveryExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir("_examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == "examplestest" {
+			continue
+		}
+		if !strings.Contains(string(readme), "(_examples/"+e.Name()+")") {
+			t.Errorf("README.md does not link _examples/%s", e.Name())
+		}
+	}
+}
