@@ -15,6 +15,7 @@ import (
 // handler, or Run itself, published; any other ack is a failed send (backoff, attempts,
 // parking), logged once per kind.
 type ackGuard struct {
+	made        sync.Once               // the first Handler call sets logger, then handlerMade
 	handlerMade atomic.Bool             // Handler was called: acks must come with a publish
 	logger      watermill.LoggerAdapter // set before handlerMade
 	swallowed   sync.Once               // logged: an ack after the handler's publish failed
@@ -59,3 +60,11 @@ func ackedOutcome(msg *message.Message) outcome {
 // overriddenReason is the row's last_error for an ack without a publish and without a
 // publish error.
 const overriddenReason = "forwarder: acked by a router middleware without the forwarder's handler publishing the message"
+
+// handlerIsMade records that the forwarder's Handler is in use (the first call only).
+func (g *ackGuard) handlerIsMade(logger watermill.LoggerAdapter) {
+	g.made.Do(func() {
+		g.logger = logger
+		g.handlerMade.Store(true)
+	})
+}

@@ -584,8 +584,7 @@ func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool, d *delivery) (*
 // calling the handler makes the row a failed send, as a nack would (backoff, attempts,
 // parking after MaxAttempts), and the forwarder logs once which of the two it saw.
 func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
-	f.acks.logger = f.logger
-	f.acks.handlerMade.Store(true)
+	f.acks.handlerIsMade(f.logger)
 	return func(msg *message.Message) error {
 		d := deliveryFrom(msg.Context())
 		if d == nil {
