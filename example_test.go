@@ -65,7 +65,7 @@ func Example_quickstart() {
 	<-router.Running()
 	check(broker.Publish("orders.place", message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":42}`))))
 
-	// Outside handlers: WithTx (or Attach for an ORM's transaction) wherever you change data.
+	// Outside handlers: WithTx (WithAttached for an ORM's transaction) wherever you change data.
 	err = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 		if _, err := tx.SQLTx().ExecContext(ctx, "INSERT INTO orders (id, customer) VALUES (?, ?)", 43, "c-9"); err != nil {
 			return err // rolls back: no row, no message
