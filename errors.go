@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -44,6 +45,12 @@ var (
 	// transaction of each message's context (publisher's ContextPublisher) for a message
 	// whose context carries none; nothing of that Publish call is written.
 	ErrNoTransaction = errors.New("outbox: no outbox transaction in the message context")
+
+	// ErrNotFlushed is wrapped by an attached outbox transaction's NotifyCommitted
+	// (publisher's Tx) when messages were published into it after its last Flush: they
+	// are not in the application's committed transaction. The error counts them.
+	ErrNotFlushed = errors.New("outbox: messages published into an attached transaction were never flushed")
+
 	// ErrWakeUnavailable is wrapped by the error of a WakeSource that cannot deliver
 	// wake-ups at all (LISTEN refused or never delivering, as through a transaction-mode
 	// pooler; a wake-up subscription that fails): the forwarder then polls.
@@ -105,6 +112,12 @@ var (
 	// outbox transaction (publisher's Middleware must run around it).
 	ErrNoTx = errors.New("outbox: inbox: no outbox transaction in the message context")
 
+	// ErrSchemaMissing is wrapped by a store's error when a table of the outbox does not
+	// exist (MySQL 1146, PostgreSQL 42P01 or 3F000 for its schema, SQL Server 208, translated at each
+	// dialect's edge): the publisher's commit, the forwarder's startup check and the
+	// inbox's record return it. The error names the tables and what to run.
+	ErrSchemaMissing = errors.New("outbox: table does not exist")
+
 	// ErrSchemaOutdated: a table was created by an older version of the schema and lacks
 	// a column this version uses; the error names the ALTER that adds it (CHANGELOG
 	// lists them). CreateSchema never alters an existing table.
@@ -115,4 +128,18 @@ var (
 // recognise it) in ErrSchemaOutdated, naming alter, the statement that adds it.
 func SchemaOutdated(err error, alter string) error {
 	return fmt.Errorf("%w: %w (add the missing column: %s)", ErrSchemaOutdated, err, alter)
+}
+
+// SchemaMissing wraps err, a driver's "no such table" for a table of the outbox opts
+// names, in ErrSchemaMissing, with the fix: the tables, store.CreateSchema, the
+// outboxctl command with this schema and prefix, and the dialect's CreateScript.
+// dialect is "mysql", "postgres" or "sqlserver".
+func SchemaMissing(err error, dialect string, opts Options) error {
+	flags := ""
+	if opts.Schema != "" {
+		flags = fmt.Sprintf(" -schema %q", opts.Schema)
+	}
+	return fmt.Errorf("%w (%w); create the outbox tables (%s): call store.CreateSchema(ctx) at startup, "+
+		"or run `outboxctl schema apply -dialect %s%s -prefix %q -dsn ...`, or apply %s.CreateScript(options) in your migrations",
+		ErrSchemaMissing, err, strings.Join(opts.TableNames(), ", "), dialect, flags, opts.TablePrefix, dialect)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	outbox "github.com/relayer-go/watermill-outbox"
 )
 
 // readmeMaxBytes bounds README.md: it is a first screen, not the manual.
@@ -166,6 +168,33 @@ done:
 	}
 }
 
+// TestQuickstartPostgresInSync: every line of the README's PostgreSQL variant of the
+// quick start is in Example_quickstartPostgres (which go vet compiles).
+func TestQuickstartPostgresInSync(t *testing.T) {
+	src, err := os.ReadFile("example_postgres_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := string(readme)
+	i := strings.Index(r, "these lines differ:\n\n```go\n")
+	if i < 0 {
+		t.Fatal("README.md: no PostgreSQL variant of the quick start")
+	}
+	r = r[i+len("these lines differ:\n\n```go\n"):]
+	r = r[:strings.Index(r, "\n```")]
+	for _, line := range strings.Split(r, "\n") {
+		code, _, _ := strings.Cut(line, " //")
+		code = strings.TrimPrefix(strings.TrimSpace(code), "import ") // an import line: in the import block
+		if !strings.Contains(string(src), code) {
+			t.Errorf("README's PostgreSQL line %q is not in Example_quickstartPostgres", code)
+		}
+	}
+}
+
 type mdLink struct {
 	target string
 	line   int
@@ -296,5 +325,53 @@ func TestGithubSlug(t *testing.T) {
 	}
 	if s := headingSlugs("# A\n## A\n```\n# not a heading\n```\n### A\n"); !s["a"] || !s["a-1"] || !s["a-2"] || s["not-a-heading"] {
 		t.Errorf("headingSlugs: %v", s)
+	}
+}
+
+// TestDocsCountFiveTables: every place that counts the tables says five and names the
+// inbox's two, and says how to drop them, as CreateScript creates them.
+func TestDocsCountFiveTables(t *testing.T) {
+	if n := len((outbox.Options{}).TableNames()); n != 5 {
+		t.Fatalf("Options.TableNames has %d tables; the docs say five", n)
+	}
+	for _, f := range []string{"mysql/doc.go", "postgres/doc.go", "sqlserver/doc.go", "docs/operations.md", "inbox/doc.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Join(strings.Fields(strings.ReplaceAll(string(b), "//", "")), " ")
+		for _, want := range []string{"five tables", "inbox_lease"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("%s does not say %q", f, want)
+			}
+		}
+		if f != "inbox/doc.go" && !strings.Contains(strings.ToLower(s), "drop") {
+			t.Errorf("%s does not say how to drop the tables", f)
+		}
+		for _, stale := range []string{"three tables", "three CREATE TABLE"} {
+			if strings.Contains(s, stale) {
+				t.Errorf("%s still says %q", f, stale)
+			}
+		}
+	}
+}
+
+// TestReadmeListsEveryExample: the README links every example directory.
+func TestReadmeListsEveryExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir("_examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == "examplestest" {
+			continue
+		}
+		if !strings.Contains(string(readme), "(_examples/"+e.Name()+")") {
+			t.Errorf("README.md does not link _examples/%s", e.Name())
+		}
 	}
 }

@@ -106,3 +106,37 @@ func (e *env) count(t testing.TB, table string) int {
 	}
 	return n
 }
+
+// ids returns the first column of query's rows as ints.
+func (e *env) ids(t testing.TB, query string) []int {
+	t.Helper()
+	var out []int
+	for _, s := range e.strings(t, query) {
+		var n int
+		fmt.Sscan(s, &n)
+		out = append(out, n)
+	}
+	return out
+}
+
+// strings returns the first column of query's rows as strings.
+func (e *env) strings(t testing.TB, query string) []string {
+	t.Helper()
+	rows, err := e.db.Query(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s []byte
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(s))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -12,7 +12,7 @@ type outcome int
 const (
 	// outcomePending: the message is neither acked nor nacked yet (peek only).
 	outcomePending outcome = iota
-	// outcomeAcked: the handler acked the message.
+	// outcomeAcked: the handler acked the message, and published it (ackedOutcome).
 	outcomeAcked
 	// outcomeNacked: the handler nacked the message.
 	outcomeNacked
@@ -55,7 +55,7 @@ func await(msg *message.Message, tick <-chan time.Time, stop ...<-chan struct{})
 	}
 	select {
 	case <-msg.Acked():
-		return outcomeAcked
+		return ackedOutcome(msg) // outcomeNacked for an ack without a publish
 	case <-msg.Nacked():
 		return outcomeNacked
 	case <-tick:
@@ -72,7 +72,7 @@ func await(msg *message.Message, tick <-chan time.Time, stop ...<-chan struct{})
 func peek(msg *message.Message) outcome {
 	select {
 	case <-msg.Acked():
-		return outcomeAcked
+		return ackedOutcome(msg) // outcomeNacked for an ack without a publish
 	case <-msg.Nacked():
 		return outcomeNacked
 	default:

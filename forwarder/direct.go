@@ -189,6 +189,7 @@ func settleCall(call []emitted, marks []outcome, i int, o outcome) {
 		marks[i] = o
 	}
 	if o == outcomeAcked {
+		call[i].d.mark.sent.Store(true)
 		call[i].msg.Ack()
 	} else {
 		call[i].msg.Nack()

@@ -20,14 +20,25 @@
 //	err = router.Run(ctx)            // or fwd.Run(ctx): no middleware, no router, less CPU per message
 //
 // A forwarder refuses to start (outbox.ErrLaneOutOfRange) when the table holds lane
-// values at or above its lane count. The messages it emits carry
-// outbox.ContextWithForwarded, so publisher.Outbox.Middleware installed router-wide
-// leaves them alone.
+// values at or above its lane count. While its startup check fails otherwise (a
+// database that cannot be reached, tables that do not exist: outbox.ErrSchemaMissing,
+// whose text names what to run), it logs the error and retries with backoff; when its
+// context ends first, Subscribe and Run return that last error, wrapped with the
+// context's. The messages it emits carry outbox.ContextWithForwarded, so
+// publisher.Outbox.Handler and Middleware installed router-wide leave them alone.
 //
 // # Delivery
 //
 // Delivery is at least once: a row is deleted after its message is acked, so a crash
 // between the send and the delete sends it again; consumers dedupe by message UUID.
+// An ack deletes a row only when the Handler (or Run) published its message: router
+// middleware that acks a message whose publish failed (PoisonQueue, a middleware that
+// returns nil for the handler's error) or acks without calling the Handler makes the
+// row a failed send, with backoff, attempts and parking as without it, and the
+// forwarder logs once which of the two it saw. (With PoisonQueue router-wide, the
+// poison topic also gets a copy of every failed attempt: keep it off the forwarder's
+// handler.) A subscriber of the forwarder whose own handler publishes, with the Handler
+// never made, has its acks trusted.
 // A nacked message is failed with exponential backoff (RetryBase·2^(attempts-1), capped
 // at RetryMax, ±RetryJitter) and parked after MaxAttempts. A row that cannot be sent at
 // all (unknown transport, missing destination, undecodable headers) is parked at once

@@ -37,8 +37,9 @@ type Row struct {
 // delivery is what the context of an emitted message carries: the row and a slot for
 // the handler's error, stored as the row's last_error when the message is nacked.
 type delivery struct {
-	row Row
-	err atomic.Pointer[string]
+	row  Row
+	err  atomic.Pointer[string]
+	mark sendMark // whether an ack comes with a publish (acked.go)
 }
 
 // RowFromContext returns the row of a message emitted by a Forwarder (from the message's
@@ -117,6 +118,8 @@ type Forwarder struct {
 	closeOnce  sync.Once
 	closeErr   error
 	closeDone  chan struct{}
+
+	acks ackGuard // acks without a publish are failures (acked.go)
 
 	emitters sync.WaitGroup // goroutines that may send on out
 	services sync.WaitGroup // lease manager, completers, sampler
@@ -309,6 +312,7 @@ const (
 // error.
 func (f *Forwarder) checkLanesRetrying(ctx context.Context) error {
 	delay := f.cfg.PollInterval
+	var cause error // the last failure that was not ctx's end
 	for {
 		checkCtx, cancel := context.WithTimeout(ctx, checkTimeout)
 		err := f.CheckLanes(checkCtx)
@@ -317,8 +321,9 @@ func (f *Forwarder) checkLanesRetrying(ctx context.Context) error {
 		case err == nil, errors.Is(err, outbox.ErrLaneOutOfRange):
 			return err
 		case ctx.Err() != nil:
-			return fmt.Errorf("forwarder: startup check: %w (last error: %v)", ctx.Err(), err)
+			return startupGaveUp(ctx, cause)
 		}
+		cause = err
 		f.logger.Error("Cannot check the outbox table's lanes at startup; retrying", err, watermill.LogFields{"retry_in": delay})
 		t := time.NewTimer(delay)
 		select {
@@ -586,6 +591,9 @@ func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool, d *delivery) (*
 		Destination: rec.Destination, MessageType: rec.MessageType, TenantID: rec.TenantID,
 		Attempts: rec.Attempts, CreatedAt: rec.CreatedAt, DeliverAt: rec.DeliverAt,
 	}
+	d.mark.guard = &f.acks
+	d.mark.sent.Store(false)
+	d.mark.overridden.Store(false)
 	// The row travels as outbox.ContextWithForwarded, which publisher.Middleware
 	// recognises (it opens no transaction for a forwarded message). Run hands the
 	// message itself to the target: it gets the target's context (no mark) at once.
@@ -600,7 +608,14 @@ func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool, d *delivery) (*
 // Handler returns the router handler that republishes a message emitted by this
 // forwarder to the publisher of its row's transport, under its destination topic, as a
 // copy with the original UUID, metadata and payload and the message's context.
+//
+// Once Handler has been made, an ack deletes a row only when Handler (or Run) published
+// its message: a router middleware that acks a message whose publish failed
+// (PoisonQueue, one that returns nil for the handler's error) or that acks without
+// calling the handler makes the row a failed send, as a nack would (backoff, attempts,
+// parking after MaxAttempts), and the forwarder logs once which of the two it saw.
 func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
+	f.acks.handlerIsMade(f.logger)
 	return func(msg *message.Message) error {
 		d := deliveryFrom(msg.Context())
 		if d == nil {
@@ -621,6 +636,7 @@ func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
 			d.err.Store(&s)
 			return fmt.Errorf("forwarder: publish to %q (transport %q): %w", d.row.Destination, d.row.Transport, err)
 		}
+		d.mark.sent.Store(true)
 		return nil
 	}
 }
@@ -732,6 +748,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 func (d *delivery) failure() string {
 	if p := d.err.Load(); p != nil {
 		return *p
+	}
+	if d.mark.overridden.Load() {
+		return overriddenReason
 	}
 	return "forwarder: message nacked by the handler"
 }

@@ -509,12 +509,11 @@ func (c *lockClaimer) abandonClaimed(rest []emitted, token outbox.Token) {
 	f.reportInFlight(outbox.Unordered)
 	var acked, open []outbox.ID
 	for _, e := range rest {
-		select {
-		case <-e.msg.Acked():
+		if peek(e.msg) == outcomeAcked { // acked and published (ackedOutcome)
 			acked = append(acked, e.d.row.ID)
 			counters.sent.Add(1)
 			f.metrics.MessageSent(outbox.Unordered)
-		default:
+		} else {
 			open = append(open, e.d.row.ID)
 		}
 	}

@@ -14,7 +14,8 @@ import (
 // Metrics receives the inbox's counters. Methods must not block. Package
 // inbox/prometheus implements it.
 type Metrics interface {
-	// Recorded counts a message recorded for consumer (its handler then ran).
+	// Recorded counts an attempt that recorded a message for consumer and ran its
+	// handler, before the commit: a rolled-back attempt is counted too.
 	Recorded(consumer string)
 	// Duplicate counts a message skipped because consumer had applied it already.
 	Duplicate(consumer string)

@@ -44,9 +44,19 @@
 //	store, err := postgres.New(db, outbox.Options{})
 //	out, err := publisher.New(store, publisher.Config{}, logger)
 //	in, err := inbox.New(store, inbox.Config{}, logger)
-//	router.AddMiddleware(in.OutboxMiddleware(out))    // publisher's Middleware and the inbox's in one
+//	router.AddMiddleware(retry, poisonQueue)           // any middleware, any order
+//	router.AddConsumerHandler("charge", "orders", sub, in.NoPublishHandler(out, charge))
 //
-// [Inbox.OutboxMiddleware] begins each handler call's transaction with the message's
+// [Inbox.Handler] ([Inbox.NoPublishHandler] for consumer handlers) wraps the handler
+// function itself, innermost, in the transaction that records the message: every
+// Watermill middleware sits outside it, so Retry re-runs whole transactions and
+// PoisonQueue acks only an attempt that was rolled back (and so not recorded), as
+// publisher.Outbox.Handler does. [Inbox.OutboxMiddleware] is the same as a router
+// middleware (router.AddMiddleware(in.OutboxMiddleware(out))), under publisher's
+// Middleware nesting rule: Retry and PoisonQueue must run outside it, at router level
+// before it, never at handler level.
+//
+// Both begin each handler call's transaction with the message's
 // inbox record (outbox.BeginRecordInbox). On a pool opened through the dialect's
 // connector (postgres.OpenDB or postgres.WrapConnector, mysql.OpenDB or
 // mysql.NewConnector) the BEGIN and the record go to the server together, in one round
@@ -68,6 +78,15 @@
 // name (Config.Consumer changes it): two handlers subscribed to the same topic each
 // apply every message once. Renaming a handler starts a new consumer with an empty
 // memory.
+//
+// # Tables
+//
+// The inbox uses two tables of the store's Options, <prefix>inbox (the records) and
+// <prefix>inbox_lease (the cleaners' lease), created with the outbox's three by the
+// dialect's Store.CreateSchema, CreateScript and `outboxctl schema apply`: one schema
+// step deploys all five tables. Over tables that were never created, the middleware and the
+// handlers return an error wrapping outbox.ErrSchemaMissing that names the tables and
+// what to run (the router nacks the message; nothing is recorded).
 //
 // # Retention
 //

@@ -24,12 +24,19 @@ type Inbox struct {
 	recorded, duplicates atomic.Uint64
 }
 
-// Counters are an Inbox's counts since it was built, taken when the middleware decides
-// (before the transaction commits): a duplicate whose commit fails is counted here and
-// not in the table (outbox.InboxConsumerStats.Duplicates).
+// Counters are an Inbox's counts since it was built, taken when the middleware decides,
+// before the transaction commits: they count attempts, not commits. A message whose
+// handler fails (and is rolled back, then redelivered) is counted in Recorded at every
+// attempt, and a duplicate whose commit fails is counted here and not in the table
+// (outbox.InboxConsumerStats.Duplicates). The committed effect is the table's:
+// outboxctl stats, Store.InboxStats.
 type Counters struct {
-	Recorded   uint64 // messages recorded, whose handler then ran
-	Duplicates uint64 // messages skipped as already applied
+	// Recorded counts the attempts that recorded a new message and ran its handler,
+	// rolled-back attempts included (not the messages applied).
+	Recorded uint64
+	// Duplicates counts the attempts that found the message applied already and
+	// skipped the handler.
+	Duplicates uint64
 }
 
 // New returns an Inbox over store (a dialect's store: mysql, postgres, sqlserver). A
@@ -54,7 +61,8 @@ func (i *Inbox) Counters() Counters {
 }
 
 // OutboxMiddleware returns publisher's Middleware (of ob) and this inbox's in one, to
-// add in place of both: each handler call's transaction begins with the message's
+// add in place of both, under publisher's Middleware nesting rule (Retry and
+// PoisonQueue outside it, never inside; Handler has no such rule): each handler call's transaction begins with the message's
 // inbox record (outbox.BeginRecordInbox), and a message the consumer has applied
 // already commits its count and skips the handler. On a pool opened through the
 // dialect's connector (postgres.OpenDB or WrapConnector, mysql.OpenDB or NewConnector)
@@ -64,6 +72,26 @@ func (i *Inbox) Counters() Counters {
 // together (see the package doc).
 func (i *Inbox) OutboxMiddleware(ob *publisher.Outbox) message.HandlerMiddleware {
 	return ob.MiddlewareBegin(i.begin)
+}
+
+// Handler wraps a router handler function in the outbox transaction of ob, begun with
+// the message's inbox record as OutboxMiddleware does, innermost: the safe wiring
+// (publisher.Outbox.Handler's, with the deduplication). Every router and handler
+// middleware sits outside the transaction, so Retry re-runs whole transactions, each
+// recording the message again (a rolled-back record is gone with its attempt), and
+// PoisonQueue acks only an attempt that was rolled back: a poisoned message is not
+// recorded, and a redelivery of it runs the handler again.
+func (i *Inbox) Handler(ob *publisher.Outbox, h message.HandlerFunc) message.HandlerFunc {
+	return i.OutboxMiddleware(ob)(h)
+}
+
+// NoPublishHandler is Handler for router.AddConsumerHandler.
+func (i *Inbox) NoPublishHandler(ob *publisher.Outbox, h message.NoPublishHandlerFunc) message.NoPublishHandlerFunc {
+	wrapped := i.Handler(ob, func(msg *message.Message) ([]*message.Message, error) { return nil, h(msg) })
+	return func(msg *message.Message) error {
+		_, err := wrapped(msg)
+		return err
+	}
 }
 
 // begin is OutboxMiddleware's publisher.BeginFunc. A panic of the metrics or the

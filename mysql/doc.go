@@ -24,14 +24,19 @@
 //
 // # Schema
 //
-// Deploy the schema with [CreateScript] (idempotent DDL for a migration tool: three
+// Deploy the schema with [CreateScript] (idempotent DDL for a migration tool: five
 // CREATE TABLE IF NOT EXISTS statements, each ending in ";") or [Store.CreateSchema],
-// which runs the statements one by one (no multiStatements needed). The tables are the
-// rows table <prefix>outbox (InnoDB, utf8mb4, BINARY(16) ids and claim tokens,
+// which runs the statements one by one (no multiStatements needed). The five tables are
+// the rows table <prefix>outbox (InnoDB, utf8mb4, BINARY(16) ids and claim tokens,
 // DATETIME(6) UTC instants, the CHECK constraints of the row model), the lane leases
-// <prefix>outbox_lanes and the forwarder heartbeats <prefix>outbox_nodes. Existing
-// tables are never altered; databases are never created: the DSN must select an
-// existing database unless outbox.Options.Schema names one.
+// <prefix>outbox_lanes, the forwarder heartbeats <prefix>outbox_nodes, and package
+// inbox's records <prefix>inbox and cleaner lease <prefix>inbox_lease (created whether
+// or not the inbox is used). Existing tables are never altered; databases are never
+// created: the DSN must select an existing database unless outbox.Options.Schema names
+// one. To remove an outbox, drop the five tables (DROP TABLE IF EXISTS <prefix>outbox,
+// <prefix>outbox_lanes, <prefix>outbox_nodes, <prefix>inbox, <prefix>inbox_lease);
+// nothing else is created. A statement over a table that does not exist (error 1146)
+// returns an error wrapping outbox.ErrSchemaMissing that names this fix.
 //
 // The rows table has one index, its primary key (lane, id), and InnoDB stores the rows
 // in that order: an insert pays for one B-tree (a secondary index cost a 1,000-row
@@ -151,5 +156,5 @@
 // deletes pinned to primary-key ranges (id IN (...) ORDER BY id LIMIT n).
 //
 // Privileges: CREATE (for CreateSchema only), SELECT, INSERT, UPDATE, DELETE on the
-// three tables. Tests and benchmarks of this package: docs/development.md.
+// five tables. Tests and benchmarks of this package: docs/development.md.
 package mysql

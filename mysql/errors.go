@@ -17,6 +17,7 @@ const (
 	erCheckRead       = 1020 // MariaDB 11.6+ snapshot isolation: record changed since read
 	erDupEntry        = 1062
 	erBadField        = 1054 // unknown column
+	erNoSuchTable     = 1146 // table doesn't exist
 
 	// MySQL 8.0.24+ closes a connection idle past wait_timeout with this error, which
 	// the next statement reads.
@@ -65,4 +66,15 @@ func isStaleConn(err error) bool {
 	}
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == erClientInteractionTimeout
+}
+
+// schemaErr names the fix when err says a table of the outbox does not exist (1146);
+// any other error is returned unchanged. (A database that does not exist, 1049, is the
+// DBA's to create: CreateSchema does not.)
+func (s *Store) schemaErr(err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erNoSuchTable {
+		return outbox.SchemaMissing(err, dialect, s.opts)
+	}
+	return err
 }

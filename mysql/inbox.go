@@ -33,7 +33,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	}
 	res, err := execB(ctx, tx, s.q.inboxRecord, consumer, messageUUID, at)
 	if err != nil {
-		return false, wrapErr("record inbox", inboxSchemaHint(err, s.q.inbox))
+		return false, wrapErr("record inbox", s.schemaErr(inboxSchemaHint(err, s.q.inbox)))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -68,7 +68,7 @@ func (s *Store) BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOp
 	first := &beginfirst.Statement{Dialect: dialect, Query: bind(s.q.inboxRecord, consumer, messageUUID, at)}
 	tx, err := beginfirst.Begin(ctx, db, opts, first)
 	if err != nil {
-		return nil, false, wrapErr("begin and record inbox", inboxSchemaHint(err, s.q.inbox))
+		return nil, false, wrapErr("begin and record inbox", s.schemaErr(inboxSchemaHint(err, s.q.inbox)))
 	}
 	ok, err := inboxFirst(first.Affected)
 	if err != nil {
@@ -109,7 +109,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	rows, err := queryB(ctx, s.db, s.q.inboxStats)
 	if err != nil {
-		return outbox.InboxStats{}, wrapErr("inbox stats", inboxSchemaHint(err, s.q.inbox))
+		return outbox.InboxStats{}, wrapErr("inbox stats", s.schemaErr(inboxSchemaHint(err, s.q.inbox)))
 	}
 	defer rows.Close()
 	var st outbox.InboxStats

@@ -76,6 +76,11 @@ var insertPool = sync.Pool{New: func() any { return new(insertBuf) }}
 // (insertText). Every record is validated first: an invalid one fails the call
 // (outbox.ErrInvalidRecord) before anything is written.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
+	return s.schemaErr(s.insert(ctx, tx, records)) // a missing table names the fix
+}
+
+// insert is Insert without the missing-table hint.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
 	if tx == nil {
 		return fmt.Errorf("mysql: insert: tx is nil")
 	}

@@ -797,11 +797,11 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 // MaxLane returns the greatest lane in the table, or outbox.Unordered.
 func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	if err := s.checkLaneKey(ctx, s.db); err != nil {
-		return 0, wrapErr("max lane", err)
+		return 0, wrapErr("max lane", s.schemaErr(err))
 	}
 	var hi, lo int64 // the greatest and least stored lane values
 	if err := queryRowB(ctx, s.db, s.q.maxLane).Scan(&hi, &lo); err != nil {
-		return 0, wrapErr("max lane", err)
+		return 0, wrapErr("max lane", s.schemaErr(err))
 	}
 	return max(laneOf(int(hi)), laneOf(int(lo)), outbox.Unordered), nil
 }

@@ -20,13 +20,22 @@
 // # Schema
 //
 // [CreateScript] returns idempotent DDL (CREATE SCHEMA IF NOT EXISTS only when Schema is
-// set, CREATE TABLE IF NOT EXISTS, CREATE INDEX IF NOT EXISTS): three tables (the rows
+// set, CREATE TABLE IF NOT EXISTS, CREATE INDEX IF NOT EXISTS): five tables (the rows
 // <prefix>outbox, the lane leases <prefix>outbox_lanes, the forwarder heartbeats
-// <prefix>outbox_nodes) and partial indexes for the two hot reads, the head of one lane
-// (pending rows by lane and id) and the unordered due rows (pending rows without a lane,
-// by id), and for parked rows. Run it with a migration tool, or call
-// [Store.CreateSchema] (the same script, serialised by an advisory lock). Existing
-// tables are never altered.
+// <prefix>outbox_nodes, and package inbox's records <prefix>inbox and cleaner lease
+// <prefix>inbox_lease, created whether or not the inbox is used) and partial indexes
+// for the two hot reads, the head of one lane (pending rows by lane and id) and the
+// unordered due rows (pending rows without a lane, by id), and for parked rows. Run it
+// with a migration tool, or call [Store.CreateSchema] (the same script, serialised by
+// an advisory lock). Existing tables are never altered. To remove an outbox, drop the
+// five tables (DROP TABLE IF EXISTS ... for each; their indexes go with them) and the
+// schema if it was created for them. A statement over a table or schema that does not
+// exist (42P01, 3F000) returns an error wrapping outbox.ErrSchemaMissing that names this
+// fix.
+//
+// New refuses a pool whose driver is not pgx's database/sql driver (sql.Open("pgx", dsn),
+// stdlib.OpenDB, [OpenDB]), lib/pq's included: the store reads pgx's errors (retryable
+// failures, stale connections, missing tables) and sends pgx-encoded arrays.
 //
 // Schema is at most 63 bytes; TablePrefix at most 46 bytes ([MaxTablePrefixBytes]: the
 // longest generated name, <prefix>outbox_parkkey_ix, must fit PostgreSQL's 63-byte

@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 )
@@ -15,6 +17,9 @@ const (
 	sqlstateSerializationFailure = "40001"
 	sqlstateDeadlockDetected     = "40P01"
 	sqlstateLockNotAvailable     = "55P03"
+
+	sqlstateUndefinedTable    = "42P01" // relation does not exist
+	sqlstateInvalidSchemaName = "3F000" // schema does not exist (Options.Schema)
 
 	// A connection the server ended: an administrator or a restart (57P01), a crash of
 	// another backend (57P02); the session is gone, nothing of the failed statement ran.
@@ -68,4 +73,25 @@ func isStaleConn(err error) bool {
 		return pg.Code == sqlstateAdminShutdown || pg.Code == sqlstateCrashShutdown
 	}
 	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
+}
+
+// schemaErr names the fix when err says a table of the outbox (or its schema) does not
+// exist; any other error is returned unchanged.
+func (s *Store) schemaErr(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && (pg.Code == sqlstateUndefinedTable || pg.Code == sqlstateInvalidSchemaName) {
+		return outbox.SchemaMissing(err, dialect, s.opts)
+	}
+	return err
+}
+
+// checkDriver refuses a pool whose driver is not pgx's database/sql driver (a pool of
+// OpenDB or WrapConnector reports pgx's driver too).
+func checkDriver(db *sql.DB) error {
+	if _, ok := db.Driver().(*stdlib.Driver); ok {
+		return nil
+	}
+	return fmt.Errorf("postgres: New: the pool's driver is %T, not pgx's: open it with sql.Open(\"pgx\", dsn) "+
+		"(import _ \"github.com/jackc/pgx/v5/stdlib\"), stdlib.OpenDB or postgres.OpenDB; the store reads pgx's errors "+
+		"(retryable failures, stale connections, missing tables) and sends pgx-encoded arrays", db.Driver())
 }

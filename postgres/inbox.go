@@ -28,7 +28,7 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	}
 	var dups int64
 	if err := tx.QueryRowContext(ctx, s.q.inboxRecord, consumer, messageUUID, processedAt).Scan(&dups); err != nil {
-		return false, wrap("record inbox", inboxSchemaHint(err, s.q.n.inbox))
+		return false, wrap("record inbox", s.schemaErr(inboxSchemaHint(err, s.q.n.inbox)))
 	}
 	return dups == 0, nil
 }
@@ -47,7 +47,7 @@ func (s *Store) BeginRecordInbox(ctx context.Context, db *sql.DB, opts *sql.TxOp
 	first := &beginfirst.Statement{Dialect: dialect, Query: s.q.inboxRecord, Args: []any{consumer, messageUUID, processedAt}, Dest: []any{&dups}}
 	tx, err := beginfirst.Begin(ctx, db, opts, first)
 	if err != nil {
-		return nil, false, wrap("begin and record inbox", inboxSchemaHint(err, s.q.n.inbox))
+		return nil, false, wrap("begin and record inbox", s.schemaErr(inboxSchemaHint(err, s.q.n.inbox)))
 	}
 	return tx, dups == 0, nil
 }
@@ -74,7 +74,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.inboxStats)
 	if err != nil {
-		return outbox.InboxStats{}, wrap("inbox stats", inboxSchemaHint(err, s.q.n.inbox))
+		return outbox.InboxStats{}, wrap("inbox stats", s.schemaErr(inboxSchemaHint(err, s.q.n.inbox)))
 	}
 	defer rows.Close()
 	var st outbox.InboxStats

@@ -197,6 +197,11 @@ var emptyBytes = []byte{}
 // above. Every record is validated first: an invalid one fails the call with an error
 // wrapping outbox.ErrInvalidRecord and nothing is sent.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
+	return s.schemaErr(s.insert(ctx, tx, records)) // a missing table names the fix
+}
+
+// insert is Insert without the missing-table hint.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
 	if tx == nil {
 		return errors.New("postgres: insert: tx is nil")
 	}

@@ -39,12 +39,18 @@ var (
 )
 
 // New returns a store over db, which must be opened with the pgx stdlib driver
-// (sql.Open("pgx", dsn) or stdlib.OpenDB). Invalid options give an error wrapping
-// outbox.ErrInvalidOptions that names the field. New does no I/O: deploy the tables with
-// CreateScript or Store.CreateSchema.
+// (sql.Open("pgx", dsn), stdlib.OpenDB, or OpenDB); a pool of another driver (lib/pq,
+// an instrumenting wrapper) is refused with an error naming it, because the store
+// reads pgx's errors (retryable failures, stale connections, missing tables) and sends
+// pgx-encoded arrays. Invalid options give an error wrapping outbox.ErrInvalidOptions
+// that names the field. New does no I/O: deploy the tables with CreateScript or
+// Store.CreateSchema.
 func New(db *sql.DB, opts outbox.Options) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("postgres: New: db is nil")
+	}
+	if err := checkDriver(db); err != nil {
+		return nil, err
 	}
 	opts, err := validateOptions(opts)
 	if err != nil {
@@ -415,7 +421,7 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	}
 	var lane sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&lane); err != nil {
-		return 0, wrap("max lane", err)
+		return 0, wrap("max lane", s.schemaErr(err))
 	}
 	if !lane.Valid {
 		return outbox.Unordered, nil

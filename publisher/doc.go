@@ -26,11 +26,17 @@
 //     store's); [Outbox.WithTxDB] and [Outbox.MiddlewareDB] likewise;
 //   - [Outbox.BeginConn] on a caller-owned *sql.Conn (session settings, temporary
 //     tables, advisory locks), which stays open afterwards;
-//   - [Outbox.Attach] to a *sql.Tx the application (an ORM) already owns: Publish, then
-//     Flush writes into the application's transaction, the application commits, and
-//     [Tx.NotifyCommitted] optionally wakes the local forwarder. sqlx: ob.Attach(stx.Tx);
-//     GORM: ob.Attach(g.Statement.ConnPool.(*sql.Tx)) inside db.Transaction.
-//     [Outbox.AttachContext] also returns a ctx carrying the attached transaction;
+//   - [Outbox.WithAttached] for a *sql.Tx the application (an ORM) already owns: it
+//     attaches, runs the function (whose ctx carries the attached transaction for
+//     ContextPublisher) and flushes what it published into the application's
+//     transaction when it returns nil; the application then commits, and
+//     [Tx.NotifyCommitted] wakes the local forwarder.
+//     sqlx: ob.WithAttached(ctx, stx.Tx, fn) before stx.Commit();
+//     GORM: ob.WithAttached(ctx, g.Statement.ConnPool.(*sql.Tx), fn) inside
+//     db.Transaction. [Outbox.Attach] and [Outbox.AttachContext] are the parts it is
+//     made of (Publish, then Flush before the commit); messages published after the
+//     last Flush are not committed, and NotifyCommitted returns an error wrapping
+//     outbox.ErrNotFlushed that counts them, rather than losing them silently;
 //   - [Outbox.WithTx], which commits when the function returns nil and rolls back on an
 //     error or a panic (re-panicking after the rollback); the ctx it passes carries the
 //     Tx ([TxFromContext], [SQLTxFromContext], [PublisherFromContext]).
@@ -60,6 +66,11 @@
 //     application-level idempotency (consumers dedupe by message UUID). Tested by
 //     killing the session from another connection right before COMMIT (MariaDB KILL,
 //     PostgreSQL pg_terminate_backend);
+//   - outbox.ErrSchemaMissing: the outbox table does not exist; the error names the
+//     tables and what to run (store.CreateSchema, `outboxctl schema apply` with the
+//     prefix, or the dialect's CreateScript);
+//   - outbox.ErrNotFlushed: NotifyCommitted of an attached transaction found messages
+//     published after its last Flush, which are not in the committed transaction;
 //   - outbox.ErrInvalidRecord: the store refused a message (a value too long, not
 //     UTF-8, ...); nothing was written and the transaction was rolled back.
 //
@@ -97,38 +108,63 @@
 // processes: postgres.Notifier (LISTEN/NOTIFY) or wakeup.Notifier (wake-up messages over
 // any Watermill Pub/Sub); see the forwarder package's "Wake-ups from other processes".
 //
-// # Router middleware
+// # Router handlers
 //
-//	router.AddMiddleware(middleware.Retry{...}.Middleware) // re-running middleware first
-//	router.AddMiddleware(ob.Middleware())
+//	router.AddMiddleware(middleware.Retry{...}.Middleware, poisonQueue) // any middleware, any order
 //	router.AddHandler("place-order", "commands", sub, "orders.placed", pub,
-//		func(msg *message.Message) ([]*message.Message, error) {
+//		ob.Handler(func(msg *message.Message) ([]*message.Message, error) {
 //			tx, _ := publisher.SQLTxFromContext(msg.Context())        // business writes
 //			audit, _ := publisher.PublisherFromContext(msg.Context()) // other topics
 //			...
 //			return []*message.Message{event}, nil // stored in the outbox, not published
-//		})
+//		}))
 //
-// [Outbox.Middleware] runs each handler call of a Watermill router in its own outbox
-// transaction on the store's database: the handler finds the transaction in its message
-// context ([SQLTxFromContext], [PublisherFromContext], [TxFromContext]); the messages it
-// returns are stored in the outbox under the handler's publish topic
-// (message.PublishTopicFromCtx), the commit happens, and the router publishes nothing
-// itself. A handler error or panic (a *[PanicError]) rolls everything back and Nacks the
-// message. It works for handlers added with AddHandler and AddConsumerHandler (tested on
-// a real router with Watermill's in-memory Pub/Sub as input, on MariaDB and PostgreSQL).
-// Messages a forwarder emitted pass through untouched, without a transaction, so the
-// middleware may be installed router-wide on the router that also runs the forwarder.
-// Middleware order (Retry before it, CorrelationID after it) is in the method's doc.
-// Package inbox's middleware, added after this one, deduplicates the incoming messages in
-// the same transaction (an exactly-once effect per consumer).
+// [Outbox.Handler] wraps the handler function itself in an outbox transaction on the
+// store's database, innermost: every router- and handler-level middleware sits outside
+// it. The handler finds the transaction in its message context ([SQLTxFromContext],
+// [PublisherFromContext], [TxFromContext]); the messages it returns are stored in the
+// outbox under the handler's publish topic (message.PublishTopicFromCtx), the commit
+// happens, and the router publishes nothing itself. A handler error or panic (a
+// *[PanicError]) rolls everything back and is returned. Because the transaction is
+// inside them, Retry re-runs whole transactions and PoisonQueue (or any middleware
+// that turns an error into an ack) acks only a call that was rolled back: no wiring
+// commits a failed call. [Outbox.NoPublishHandler] is the same for AddConsumerHandler.
+//
+// Watermill's components/cqrs runs its handlers through the processors' OnHandle hook,
+// the innermost place: [Outbox.HandleInTx] there makes each command or event handler
+// call one transaction, and an EventBus over [Outbox.ContextPublisher] publishes the
+// handler's events into it:
+//
+//	eventBus, _ := cqrs.NewEventBusWithConfig(ob.ContextPublisher(), cqrs.EventBusConfig{...})
+//	cqrs.CommandProcessorConfig{
+//		OnHandle: func(p cqrs.CommandProcessorOnHandleParams) error {
+//			return ob.HandleInTx(p.Message, func(ctx context.Context) error {
+//				return p.Handler.Handle(ctx, p.Command) // SQLTxFromContext(ctx); eventBus.Publish(ctx, ...)
+//			})
+//		},
+//		...
+//	}
+//
+// CommandProcessorConfig.AckCommandHandlingErrors then acks a failed command after its
+// transaction rolled back: the command is dropped (logged by the processor), nothing of
+// it committed. (_examples/cqrs runs both, tested on MariaDB and PostgreSQL.)
+//
+// [Outbox.Middleware] does the same as a router middleware, for those who want one
+// line per router. It is safe only under its nesting rule (in its doc): whatever runs
+// inside it runs inside its transaction, so a Retry or PoisonQueue added at handler
+// level, or after it, keeps or commits a failed attempt's writes and messages, and so
+// does cqrs's AckCommandHandlingErrors. Messages a forwarder emitted pass through
+// Handler and Middleware untouched, without a transaction, so both may run on the
+// router that also runs the forwarder. Package inbox's Inbox.Handler adds the inbox's
+// deduplication to the same transaction.
 //
 // # One publisher for the whole application
 //
 // [Outbox.ContextPublisher] is a message.Publisher that lives as long as the application
 // and publishes each message into the outbox transaction its context carries: hand it
 // to cqrs.EventBus and cqrs.CommandBus, a handler's publisher slot, or service structs.
-// The transaction comes from the Middleware, WithTx, or AttachContext; a message whose
+// The transaction comes from Handler, HandleInTx, the Middleware, WithTx, or
+// WithAttached/AttachContext; a message whose
 // context carries none fails with an error wrapping outbox.ErrNoTransaction, and is
 // never published directly to a broker.
 package publisher

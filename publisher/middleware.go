@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"runtime/debug"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -12,7 +11,10 @@ import (
 )
 
 // Middleware returns a router middleware that runs each handler call in an outbox
-// transaction (Begin: on the store's database) and so swaps the router's direct publish for the outbox:
+// transaction (Begin: on the store's database) and so swaps the router's direct publish
+// for the outbox. Prefer Handler (the same transaction around the handler function
+// itself, innermost, safe beside any middleware); Middleware is for those who want one
+// line for a whole router, and it is safe only under the nesting rule below.
 //
 //  1. it begins a transaction under the incoming message's context and puts it into
 //     that context for the handler (TxFromContext, SQLTxFromContext,
@@ -33,19 +35,26 @@ import (
 // straight to the handler, with no transaction: the middleware may be installed
 // router-wide (router.AddMiddleware) on the router that also runs the forwarder
 // (forwarder.AddToRouter), and forwarding opens no outbox transaction and holds no
-// pooled connection while the broker publishes. Installing it on the handlers that need
-// it (AddHandler(...).AddMiddleware) says the same thing more narrowly.
+// pooled connection while the broker publishes.
 //
-// Order matters. Watermill runs the first middleware added outermost:
-//   - add Retry (and other middleware that re-runs the handler) BEFORE this one, so each
-//     attempt gets a fresh transaction; a retry inside one transaction would keep the
-//     failed attempt's writes;
+// The nesting rule: every middleware inside this one runs in its transaction, and
+// whatever it turns into success is committed. Watermill runs router-level middleware
+// (router.AddMiddleware) outside handler-level middleware (handler.AddMiddleware), and
+// among each the first added outermost. So, with Middleware router-wide:
+//   - a Retry, PoisonQueue, or any middleware that re-runs the handler or swallows its
+//     error, added at handler level or after Middleware, runs INSIDE the transaction:
+//     Retry keeps a failed attempt's writes and messages beside the successful one's,
+//     PoisonQueue (and cqrs's AckCommandHandlingErrors, which acks inside the handler)
+//     commits a failed call. Add them at router level BEFORE Middleware, or use Handler;
 //   - middleware that edits the handler's produced messages (middleware.CorrelationID
-//     copies the incoming correlation ID onto them) must be added AFTER this one, inside
-//     it: this middleware writes the produced messages into the outbox and returns none,
-//     so a middleware outside it sees no produced messages. Messages published through
+//     copies the incoming correlation ID onto them) must be inside it: this middleware
+//     writes the produced messages into the outbox and returns none, so a middleware
+//     outside it sees no produced messages. Messages published through
 //     PublisherFromContext or ContextPublisher are never produced messages: no
 //     middleware sees them, set their metadata where they are built.
+//
+// A message whose context already carries a transaction of this Outbox (Middleware
+// twice, or Middleware around Handler) is refused with an error naming the handler.
 //
 // Do not Ack the message inside the handler: Watermill subscribers may cancel the
 // message context on Ack, and that context governs the transaction.
@@ -82,6 +91,9 @@ func (o *Outbox) middleware(db *sql.DB, begin BeginFunc) message.HandlerMiddlewa
 			if _, forwarded := outbox.ForwardedFromContext(ctx); forwarded {
 				return h(msg)
 			}
+			if err := o.inTxOf(ctx); err != nil {
+				return nil, err
+			}
 			tx, run, err := o.beginFor(msg, db, begin)
 			if err != nil {
 				return nil, fmt.Errorf("publisher: middleware: %w", err)
@@ -96,14 +108,7 @@ func (o *Outbox) middleware(db *sql.DB, begin BeginFunc) message.HandlerMiddlewa
 			defer msg.SetContext(ctx)
 
 			completed := false
-			defer func() {
-				if completed {
-					return
-				}
-				r := recover()
-				_ = tx.Rollback()
-				err = &PanicError{Value: r, Stack: string(debug.Stack())}
-			}()
+			defer recoverInto(tx, &completed, &err)
 			produced, herr := h(msg)
 			completed = true
 

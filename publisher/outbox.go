@@ -143,8 +143,10 @@ func (o *Outbox) BeginConn(ctx context.Context, conn *sql.Conn) (*Tx, error) {
 
 // Attach binds the outbox to a transaction the application already owns (an ORM's:
 // sqlx's Tx embeds it, GORM exposes it as Statement.ConnPool). Publish buffers; Flush
-// writes the buffered rows into tx; the application then commits tx as usual and may
-// call NotifyCommitted. Commit and Rollback work too (they complete tx).
+// writes the buffered rows into tx; the application then commits tx as usual and calls
+// NotifyCommitted, which wakes the local forwarder and returns an error wrapping
+// outbox.ErrNotFlushed for messages published after the last Flush (not committed).
+// Commit and Rollback work too (they complete tx). WithAttached does the Flush for you.
 func (o *Outbox) Attach(tx *sql.Tx) *Tx {
 	return o.newTx(nil, tx, true)
 }

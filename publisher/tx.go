@@ -384,13 +384,19 @@ func (t *Tx) Rollback() error {
 }
 
 // NotifyCommitted tells the Notifier what the Flush calls of an attached transaction
-// wrote; call it after the application's own commit succeeded. It is optional (the
-// forwarder's polling finds the rows anyway) and does nothing without a Notifier or when
-// nothing was flushed since the last notification. Commit notifies by itself.
-func (t *Tx) NotifyCommitted() {
+// wrote; call it after the application's own commit succeeded. The wake-up is optional
+// (the forwarder's polling finds the rows anyway; nothing happens without a Notifier
+// or when nothing was flushed since the last notification), but the check is not:
+// messages published after the last Flush were not written into the committed
+// transaction, and NotifyCommitted returns an error wrapping outbox.ErrNotFlushed that
+// counts them (and logs it), then forgets them. Commit notifies by itself and writes
+// its whole buffer, so on a begun Tx the error is always nil.
+func (t *Tx) NotifyCommitted() error {
 	t.op.Lock()
 	defer t.op.Unlock()
+	err := t.unflushed()
 	t.notify()
+	return err
 }
 
 // notify sends and resets the written summary; callers hold t.op.

@@ -1,6 +1,6 @@
 // Package sqlserver is the SQL Server dialect of watermill-outbox: an [outbox.Store]
 // over a *sql.DB opened with github.com/microsoft/go-mssqldb, and the idempotent T-SQL
-// of its three tables ([CreateScript]). SQL Server 2019 and later are supported (the
+// of its five tables ([CreateScript]). SQL Server 2019 and later are supported (the
 // store needs DROP ... IF EXISTS, filtered indexes and datetimeoffset). Driver name
 // "sqlserver"; any go-mssqldb URL works:
 //
@@ -96,8 +96,11 @@
 // # Schema
 //
 // [CreateScript] returns idempotent T-SQL (IF OBJECT_ID(...) IS NULL, IF NOT EXISTS (...
-// sys.indexes ...)) for <prefix>outbox, <prefix>outbox_lanes and <prefix>outbox_nodes,
-// as one batch without GO; [Store.CreateSchema] runs the same statements under an
+// sys.indexes ...)) for five tables, <prefix>outbox, <prefix>outbox_lanes,
+// <prefix>outbox_nodes and package inbox's <prefix>inbox and <prefix>inbox_lease
+// (created whether or not the inbox is used), as one batch without GO (to remove an
+// outbox, drop the five tables; a statement over a missing one, error 208, returns an
+// error wrapping outbox.ErrSchemaMissing that names the fix); [Store.CreateSchema] runs the same statements under an
 // application lock (sp_getapplock), so forwarders starting at once do not race on CREATE
 // TABLE. A named schema that does not exist is created (IF SCHEMA_ID(...) IS NULL, as
 // PostgreSQL's CREATE SCHEMA IF NOT EXISTS); dbo always exists. The tables carry the

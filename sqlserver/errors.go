@@ -31,6 +31,7 @@ const (
 	errUniqueConstraint = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
 	errUniqueIndex      = 2601 // duplicate key row in a unique index
 	errInvalidColumn    = 207  // invalid column name
+	errInvalidObject    = 208  // invalid object name: the table (or its schema) does not exist
 )
 
 // inboxSchemaHint names the fix when the inbox table predates its duplicates column
@@ -192,4 +193,13 @@ func isStaleConn(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, driver.ErrBadConn) || errors.As(err, &op) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// schemaErr names the fix when err says a table of the outbox does not exist (error
+// 208, invalid object name); any other error is returned unchanged.
+func (s *Store) schemaErr(err error) error {
+	if e, ok := serverError(err); ok && hasNumber(e, errInvalidObject) {
+		return outbox.SchemaMissing(err, "sqlserver", s.opts)
+	}
+	return err
 }

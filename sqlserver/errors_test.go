@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -191,5 +192,36 @@ func TestSetOptionsHint(t *testing.T) {
 	}
 	if outbox.IsRetryable(err) {
 		t.Fatal("1934 is not transient")
+	}
+}
+
+// TestSchemaMissing: error 208 (invalid object name) from any statement of the store
+// becomes outbox.ErrSchemaMissing naming the fix with the store's schema and prefix; no
+// server here, so the driver's error is built as go-mssqldb returns it.
+func TestSchemaMissing(t *testing.T) {
+	db, err := sql.Open("sqlserver", "sqlserver://127.0.0.1:1?database=none") // never connected
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := New(db, outbox.Options{Schema: "messaging", TablePrefix: "orders_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := mssql.Error{Number: 208, Message: "Invalid object name 'messaging.orders_outbox'."}
+	for _, in := range []error{missing, fmt.Errorf("exec: %w", missing), mssql.Error{Number: 16945, All: []mssql.Error{{Number: 16945}, missing}}} {
+		got := s.schemaErr(in)
+		if !errors.Is(got, outbox.ErrSchemaMissing) {
+			t.Fatalf("%v: not ErrSchemaMissing", in)
+		}
+		for _, want := range []string{"store.CreateSchema(ctx)", `outboxctl schema apply -dialect sqlserver -schema "messaging" -prefix "orders_"`, "orders_inbox_lease"} {
+			if !strings.Contains(got.Error(), want) {
+				t.Errorf("%q lacks %q", got, want)
+			}
+		}
+	}
+	other := mssql.Error{Number: 207, Message: "Invalid column name 'x'."}
+	if got := s.schemaErr(other); errors.Is(got, outbox.ErrSchemaMissing) {
+		t.Fatalf("207 became ErrSchemaMissing: %v", got)
 	}
 }

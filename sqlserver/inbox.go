@@ -29,10 +29,10 @@ func (s *Store) RecordInbox(ctx context.Context, tx *sql.Tx, consumer, messageUU
 	case err == nil:
 		return true, nil
 	case !isDuplicateKey(err):
-		return false, wrap("record inbox", err)
+		return false, wrap("record inbox", s.schemaErr(err))
 	}
 	if _, err := tx.ExecContext(ctx, s.q.inboxDuplicate, key...); err != nil {
-		return false, wrap("record inbox: count the duplicate", inboxSchemaHint(err, s.q.inbox))
+		return false, wrap("record inbox: count the duplicate", s.schemaErr(inboxSchemaHint(err, s.q.inbox)))
 	}
 	return false, nil
 }
@@ -75,7 +75,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
 	rows, err := s.query(ctx, s.q.inboxStats, named("scope", int32(0)))
 	if err != nil {
-		return outbox.InboxStats{}, wrap("inbox stats", inboxSchemaHint(err, s.q.inbox))
+		return outbox.InboxStats{}, wrap("inbox stats", s.schemaErr(inboxSchemaHint(err, s.q.inbox)))
 	}
 	defer rows.Close()
 	var st outbox.InboxStats

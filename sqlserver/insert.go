@@ -60,6 +60,11 @@ func useBulk(rows int, payload int64) bool {
 // record is validated first; an invalid one fails the call (outbox.ErrInvalidRecord)
 // before anything is written.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
+	return s.schemaErr(s.insert(ctx, tx, records)) // a missing table names the fix
+}
+
+// insert is Insert without the missing-table hint.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, records []outbox.Record) error {
 	var payload int64
 	for i := range records {
 		n, err := s.checkRecord(&records[i])

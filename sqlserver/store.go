@@ -452,7 +452,7 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 	var lane sql.NullInt64
 	err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&lane) })
 	if err != nil {
-		return 0, wrap("max lane", err)
+		return 0, wrap("max lane", s.schemaErr(err))
 	}
 	if !lane.Valid {
 		return outbox.Unordered, nil

@@ -283,6 +283,27 @@ func TestRouterMiddleware(t *testing.T) {
 	mustSucceed(t, run(t, "router-middleware", "-dsn", dsn, "-prefix", prefix), "OK: router-middleware:")
 }
 
+// cqrs: a failing command leaves no row and sends no event, poisoned (MariaDB) or
+// acked by AckCommandHandlingErrors (PostgreSQL).
+func TestCQRS(t *testing.T) {
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.DSN(t, testenv.MySQL)
+		prefix := testenv.Prefix(t)
+		dropTables(t, "mysql", dsn, prefix, append(outboxTables, "orders")...)
+		mustSucceed(t, run(t, "cqrs", "-dsn", dsn, "-prefix", prefix),
+			"poisoned PlaceOrder", "OK: cqrs: 2 orders placed, 2 OrderPlaced events delivered; the failing command (poisoned after 3 attempts) left no row and sent no event")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.DSN(t, testenv.Postgres)
+		prefix := testenv.Prefix(t)
+		dropTables(t, "pgx", dsn, prefix, append(outboxTables, "orders")...)
+		mustSucceed(t, run(t, "cqrs", "-db", "postgres", "-dsn", dsn, "-prefix", prefix, "-ack-command-errors"),
+			"OK: cqrs: 2 orders placed, 2 OrderPlaced events delivered; the failing command (acked by AckCommandHandlingErrors) left no row and sent no event")
+	})
+}
+
 func TestRabbitMQ(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.DSN(t, testenv.MySQL)

@@ -1,31 +1,45 @@
 // Command existing-tx shows the outbox writing into a transaction the application
 // already owns: a plain *sql.Tx here, an ORM's transaction in real code (see below).
 //
-// The application begins the transaction and does its own writes; the outbox is
-// attached to it (publisher.Outbox.Attach), messages are published (buffered), Flush
-// writes them into the application's transaction, and the application commits as it
-// always does. NotifyCommitted then wakes the local forwarder (optional: it polls too).
+// The application begins the transaction and does its own writes;
+// publisher.Outbox.WithAttached attaches the outbox to it, runs the application's
+// function (which publishes: buffered) and, when it returns nil, flushes the messages
+// into the application's transaction; the application commits as it always does.
+// NotifyCommitted then wakes the local forwarder and reports any message published
+// after the flush (outbox.ErrNotFlushed), which would otherwise be lost silently.
 //
 // sqlx: *sqlx.Tx embeds *sql.Tx, so attach that:
 //
 //	stx, _ := dbx.BeginTxx(ctx, nil)
-//	otx := ob.Attach(stx.Tx)
+//	defer stx.Rollback()
+//	otx, err := ob.WithAttached(ctx, stx.Tx, func(ctx context.Context, tx *publisher.Tx) error {
+//		if _, err := stx.ExecContext(ctx, "INSERT ..."); err != nil {
+//			return err
+//		}
+//		return tx.Publish("accounts.opened", msg)
+//	})
+//	if err == nil {
+//		err = stx.Commit()
+//	}
+//	if err == nil {
+//		err = otx.NotifyCommitted()
+//	}
 //
 // GORM: inside db.Transaction the *sql.Tx is the statement's connection pool:
 //
 //	var otx *publisher.Tx
 //	err := gdb.WithContext(ctx).Transaction(func(g *gorm.DB) error {
-//		if err := g.Create(&account).Error; err != nil {
-//			return err
-//		}
-//		otx = ob.Attach(g.Statement.ConnPool.(*sql.Tx))
-//		if err := otx.Publish("accounts.opened", msg); err != nil {
-//			return err
-//		}
-//		return otx.Flush(ctx) // an error here makes GORM roll back
+//		var err error
+//		otx, err = ob.WithAttached(ctx, g.Statement.ConnPool.(*sql.Tx), func(ctx context.Context, tx *publisher.Tx) error {
+//			if err := g.Create(&account).Error; err != nil {
+//				return err
+//			}
+//			return tx.Publish("accounts.opened", msg)
+//		})
+//		return err // an error makes GORM roll back
 //	})
 //	if err == nil {
-//		otx.NotifyCommitted()
+//		err = otx.NotifyCommitted()
 //	}
 //
 // Run it against the local MariaDB (make services) or any MySQL:
@@ -124,14 +138,13 @@ func run(ctx context.Context, dsn, prefix string) error {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO "+accounts+" (id, owner) VALUES (?, ?)", id, "ada"); err != nil {
 			return err
 		}
-		otx := ob.Attach(tx)
-		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account":"`+id+`"}`))
-		msg.Metadata.Set(publisher.MetadataOrderingKey, "owner-ada") // one lane: publish order
-		msg.Metadata.Set("account", id)
-		if err := otx.Publish("accounts.opened", msg); err != nil {
-			return err
-		}
-		if err := otx.Flush(ctx); err != nil { // the outbox rows join the application's tx
+		otx, err := ob.WithAttached(ctx, tx, func(ctx context.Context, otx *publisher.Tx) error {
+			msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account":"`+id+`"}`))
+			msg.Metadata.Set(publisher.MetadataOrderingKey, "owner-ada") // one lane: publish order
+			msg.Metadata.Set("account", id)
+			return otx.Publish("accounts.opened", msg) // flushed into the application's tx on return
+		})
+		if err != nil {
 			return err
 		}
 		if !commit {
@@ -141,7 +154,9 @@ func run(ctx context.Context, dsn, prefix string) error {
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		otx.NotifyCommitted() // wake the forwarder now rather than at its next poll
+		if err := otx.NotifyCommitted(); err != nil { // wakes the forwarder now; reports unflushed messages
+			return err
+		}
 		fmt.Printf("committed  account %s with its AccountOpened message\n", id)
 		return nil
 	}

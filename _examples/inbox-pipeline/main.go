@@ -6,13 +6,18 @@
 //
 // Service A commits orders and their OrderPlaced messages together (publisher.WithTx);
 // its forwarder sends them to RabbitMQ, at least once. Service B consumes them with a
-// router whose middleware (Inbox.OutboxMiddleware: publisher's Middleware and the
-// inbox's in one) opens one transaction per message with the message UUID recorded in
+// router whose handler (Inbox.NoPublishHandler: publisher's Handler and the inbox in
+// one) opens one transaction per message with the message UUID recorded in
 // B's inbox (sent with the BEGIN, in one round trip, since the pool is opened through
 // mysql.OpenDB), charges the payment (a row in B's payments table) and stores a
 // PaymentCharged message in B's outbox, all in one commit; B's forwarder sends those on. A redelivered OrderPlaced (here: the same
 // message published to the queue a second time, as a broker does after a consumer
 // crash) is acked without charging again.
+//
+// B's handler is wrapped by Inbox.NoPublishHandler, the safe wiring: the transaction is
+// innermost, so router middleware (Retry, PoisonQueue, ...) sees only committed or
+// rolled-back calls. (Inbox.OutboxMiddleware is the router-middleware form, under
+// publisher's Middleware nesting rule.)
 //
 // Both services run in this one process for the demo, each with its own tables (A:
 // <prefix>a_*, B: <prefix>b_*) as they would in their own databases.
@@ -33,6 +38,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	_ "github.com/go-sql-driver/mysql"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -141,8 +147,9 @@ func run(ctx context.Context, dsn, url, prefix string) error {
 	if err != nil {
 		return err
 	}
-	router.AddMiddleware(in.OutboxMiddleware(b.out)) // outbox transaction beginning with the inbox record
-	router.AddConsumerHandler("charge_payment", ordersTopic, sub, func(msg *message.Message) error {
+	router.AddMiddleware(middleware.Retry{MaxRetries: 3, InitialInterval: 10 * time.Millisecond}.Middleware)
+	// One outbox transaction per call, beginning with the inbox record, inside Retry.
+	router.AddConsumerHandler("charge_payment", ordersTopic, sub, in.NoPublishHandler(b.out, func(msg *message.Message) error {
 		ctx := msg.Context()
 		tx, _ := publisher.SQLTxFromContext(ctx)
 		orderID := string(msg.Payload)
@@ -151,7 +158,7 @@ func run(ctx context.Context, dsn, url, prefix string) error {
 		}
 		out, _ := publisher.PublisherFromContext(ctx)
 		return out.Publish(paymentsTopic, message.NewMessage(watermill.NewUUID(), []byte(orderID)))
-	})
+	}))
 	// Retention of B's inbox: entries older than the window go, by one instance at a time.
 	cleaner, err := inbox.NewCleaner(b.store, inbox.CleanerConfig{Window: 7 * 24 * time.Hour}, nil)
 	if err != nil {

@@ -1,6 +1,9 @@
 // Command router-middleware shows a Watermill handler that writes to the database and
-// emits events through the outbox: publisher.Outbox.Middleware swaps the router's direct
-// publish for the outbox, in the handler's own transaction.
+// emits events through the outbox: publisher.Outbox.Handler wraps the handler function
+// in its own transaction, inside every middleware, and swaps the router's direct
+// publish for the outbox. (publisher.Outbox.Middleware does the same as a router
+// middleware, under the nesting rule in its doc: Retry and PoisonQueue must then run
+// outside it. With Handler there is no rule to follow.)
 //
 // One router runs three handlers:
 //
@@ -10,8 +13,8 @@
 //	print_events      events -> stdout
 //
 // A PlaceOrder command with a negative amount makes the handler fail after its INSERT:
-// the middleware rolls the transaction back (no order row, no event), Retry tries again
-// (each attempt in a fresh transaction), and then PoisonQueue sets the command aside.
+// its transaction rolls back (no order row, no event), Retry tries again (each attempt a
+// whole transaction), and then PoisonQueue sets the command aside.
 //
 //	go run ./_examples/router-middleware -dsn 'root@tcp(127.0.0.1:3306)/test'
 package main
@@ -108,7 +111,7 @@ func run(ctx context.Context, dsn, prefix string) error {
 
 	// The business handler: its writes and its events commit together.
 	h := router.AddHandler("place_order", "commands", commands, "orders.placed", events,
-		func(msg *message.Message) ([]*message.Message, error) {
+		ob.Handler(func(msg *message.Message) ([]*message.Message, error) {
 			var cmd PlaceOrder
 			if err := json.Unmarshal(msg.Payload, &cmd); err != nil {
 				return nil, err
@@ -135,17 +138,17 @@ func run(ctx context.Context, dsn, prefix string) error {
 			event.Metadata.Set(publisher.MetadataOrderingKey, cmd.Customer)
 			event.Metadata.Set("order_id", cmd.OrderID)
 			return []*message.Message{event}, nil
-		})
+		}))
 	poison, err := middleware.PoisonQueue(events, "commands.poison")
 	if err != nil {
 		return err
 	}
-	// Order matters: Retry before the outbox middleware, so that every attempt runs in a
-	// fresh transaction. These apply to this handler only (not to the forwarder's).
+	// Handler-level here (router-level works the same): the transaction is inside both,
+	// so each Retry attempt is a whole transaction and PoisonQueue takes only a command
+	// whose every attempt was rolled back.
 	h.AddMiddleware(
 		poison,
 		middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware,
-		ob.Middleware(),
 	)
 
 	if _, err := fwd.AddToRouter(router); err != nil {

@@ -79,7 +79,7 @@ func (e Engine) OpenDSN(t testing.TB, dsn string) *sql.DB {
 	return db
 }
 
-// Table creates a fresh outbox (three tables with a private prefix) and drops it at the
+// Table creates a fresh outbox (its five tables, with a private prefix) and drops it at the
 // end of the test through cleanupDB (a pool that outlives chaos done to db).
 func (e Engine) Table(t testing.TB, db *sql.DB, lanes int) outbox.Store {
 	t.Helper()
