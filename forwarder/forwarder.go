@@ -68,6 +68,11 @@ func targetContext(ctx context.Context, d *delivery) context.Context {
 	return context.WithValue(outbox.WithoutForwarded(ctx), rowKey{}, d)
 }
 
+// toTarget gives msg, which Run publishes itself (no copy), the target's context.
+func toTarget(msg *message.Message, d *delivery) {
+	msg.SetContext(targetContext(msg.Context(), d))
+}
+
 // deliveryFrom returns the delivery of a message emitted by this package (marked
 // forwarded), or nil.
 func deliveryFrom(ctx context.Context) *delivery {
@@ -595,13 +600,9 @@ func (f *Forwarder) buildMessage(rec *outbox.Record, owned bool, d *delivery) (*
 	d.mark.sent.Store(false)
 	d.mark.overridden.Store(false)
 	// The row travels as outbox.ContextWithForwarded, which publisher.Middleware
-	// recognises (it opens no transaction for a forwarded message). Run hands the
-	// message itself to the target: it gets the target's context (no mark) at once.
-	if f.direct {
-		msg.SetContext(targetContext(f.baseCtx, d))
-	} else {
-		msg.SetContext(outbox.ContextWithForwarded(f.baseCtx, d))
-	}
+	// recognises (it opens no transaction for a forwarded message). A message Run hands
+	// to the target itself gets the target's context first (toTarget).
+	msg.SetContext(outbox.ContextWithForwarded(f.baseCtx, d))
 	return msg, d, nil
 }
 

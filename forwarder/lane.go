@@ -35,7 +35,8 @@ type laneWorker struct {
 	idle      time.Duration   // the next idle pause (doubles up to MaxPollInterval)
 	// emptyWakes counts the reads after wake-ups in a row that found nothing; from the
 	// second on, wake-ups before quietUntil (time.Now's clock) are merged into one read
-	// then: a flood of wake-ups without rows costs one read per PollInterval.
+	// then: a flood of wake-ups without rows costs one read per PollInterval (at most
+	// wakeQuietMax).
 	emptyWakes int
 	quietUntil time.Time
 	errDelay  time.Duration   // the next pause after a failed statement
@@ -268,9 +269,13 @@ func (w *laneWorker) quietAfterEmpty(wasWoken bool) {
 	}
 	w.emptyWakes++
 	if w.emptyWakes >= 2 {
-		w.quietUntil = time.Now().Add(w.cfg.PollInterval)
+		w.quietUntil = time.Now().Add(min(w.cfg.PollInterval, wakeQuietMax))
 	}
 }
+
+// wakeQuietMax bounds the merging of wake-ups after reads that found nothing: with a
+// long PollInterval a commit still reaches its lane within this.
+const wakeQuietMax = 100 * time.Millisecond
 
 // pauseQuiet waits d without taking wake-ups (they merge into the read after it);
 // false when the lane must stop.

@@ -270,7 +270,11 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 // row's slot of the run's deliveries (one allocation per run): takeHead drops both
 // before the next read, which therefore cannot overwrite a payload a message holds.
 func (w *laneWorker) prepare(i int) (*message.Message, *delivery, string) {
-	return w.f.prepareRow(&w.head[i], true, &w.dels[i])
+	msg, d, reason := w.f.prepareRow(&w.head[i], true, &w.dels[i])
+	if msg != nil && w.f.direct {
+		toTarget(msg, d)
+	}
+	return msg, d, reason
 }
 
 // publishSingles publishes the head rows at indexes rows (all of which prepare

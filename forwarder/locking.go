@@ -216,6 +216,7 @@ func (c *lockClaimer) lockAndEmit(after outbox.ID, limit int) (*openBatch, int, 
 		ob.open++
 		counters.inFlight.Add(1)
 		if f.direct {
+			toTarget(msg, d)
 			ob.sent = append(ob.sent, emitted{msg: msg, d: d})
 			continue // published below, with the rest of the batch
 		}
