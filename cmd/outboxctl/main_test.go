@@ -408,3 +408,36 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		t.Errorf("the redacted DSN is not shown:\n%s", all.String())
 	}
 }
+
+// OUTBOX_DSN holds a password: help, flag errors, usage errors and failures of every
+// command never print it (the flag package prints a flag's default on -h and on any
+// flag error, so the DSN is never a flag default).
+func TestEnvPasswordNeverPrinted(t *testing.T) {
+	const secret = "S3cretPwEnv"
+	for _, env := range []string{
+		"postgres://app:" + secret + "@127.0.0.1:1/shop?sslmode=disable",
+		"app:" + secret + "@tcp(127.0.0.1:1)/shop",
+		"host=127.0.0.1 port=1 user=app password=" + secret + " dbname=shop",
+	} {
+		t.Setenv("OUTBOX_DSN", env)
+		var all strings.Builder
+		for _, args := range [][]string{
+			{"help"}, {"stats", "-h"}, {"leases", "-h"}, {"leases", "--help"}, {"parked", "list", "-h"},
+			{"parked", "requeue", "-h"}, {"parked", "purge", "-h"}, {"schema", "apply", "-h"}, {"schema", "print", "-h"},
+			{"stats", "-lanes", "x"}, {"stats", "-bogus"}, {"leases", "-timeout", "never"},
+			{"stats", "extra"}, {"stats", "-dialect", "oracle"}, {"stats", "-timeout", "-1s"},
+			{"parked", "list", "-limit", "0"}, {"parked", "list", "-after", "nope"}, {"parked", "purge", "-all"},
+			{"parked", "requeue"}, {"stats", "-timeout", "5s"}, {"stats", "-dsn", env + "x", "-timeout", "5s"},
+			{"stats", env},
+		} {
+			o := ctl(t, args...)
+			all.WriteString(o.stdout + o.stderr)
+		}
+		if strings.Contains(all.String(), secret) {
+			t.Fatalf("OUTBOX_DSN=%q: the password appears in the output:\n%s", env, all.String())
+		}
+		if !strings.Contains(all.String(), "$OUTBOX_DSN") {
+			t.Errorf("the help does not name $OUTBOX_DSN:\n%s", all.String())
+		}
+	}
+}
