@@ -441,3 +441,13 @@ func TestEnvPasswordNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+// A PostgreSQL password holding '@': pgx takes what follows its first '@' for the host,
+// and its error names that host; no part of the password reaches the output.
+func TestPostgresPasswordWithAt(t *testing.T) {
+	t.Setenv("OUTBOX_DSN", "")
+	o := ctl(t, "stats", "-dsn", "postgres://app:Abc@Secret123@127.0.0.1:5432/test", "-timeout", "10s").fails(t, 1, "cannot connect to")
+	if s := o.stdout + o.stderr; strings.Contains(s, "Secret123") || strings.Contains(s, "Abc") {
+		t.Fatalf("part of the password appears:\n%s", s)
+	}
+}
