@@ -134,11 +134,14 @@ type Store interface {
 	PendingLanes(ctx context.Context) ([]int, error)
 
 	// ListParked returns up to q.Limit parked rows with ID > q.After in ID order,
-	// optionally only those of one ordering key.
+	// optionally only those of one ordering key ("" selects the rows without one).
 	ListParked(ctx context.Context, q ParkedQuery) ([]Record, error)
-	// Requeue moves the parked rows the filter selects back to pending, due at now, with
-	// attempts reset to 0; it returns how many moved.
-	Requeue(ctx context.Context, f ParkedFilter, now time.Time) (int, error)
+	// Requeue moves the parked rows the filter selects back to pending, due at the
+	// database's now (never a caller's clock: a requeued row may head its lane, and a
+	// clock running ahead would hold the lane), with attempts reset to 0; it returns how
+	// many moved. ListParked with the same key (OrderingKey "" = the unordered rows, whose
+	// key is NULL), Requeue and Purge select the same rows.
+	Requeue(ctx context.Context, f ParkedFilter) (int, error)
 	// Purge deletes the parked rows the filter selects and returns how many.
 	Purge(ctx context.Context, f ParkedFilter) (int, error)
 
@@ -267,7 +270,7 @@ type FailParams struct {
 type ParkedQuery struct {
 	After       ID
 	Limit       int
-	OrderingKey *string // nil = any key
+	OrderingKey *string // nil = any key; "" = the rows without a key
 }
 
 // ParkedFilter selects parked rows for Requeue and Purge: the rows listed in IDs, or

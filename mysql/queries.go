@@ -45,7 +45,7 @@ type queries struct {
 	park, fail, requeue, purge string
 
 	insert                    [inscols.All + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
-	listParked, listParkedKey string
+	listParked, listParkedKey, listParkedNullKey string
 
 	leaseAcquire, leaseHeld, leaseRenew string
 	leaseRelease, leases                string
@@ -162,7 +162,7 @@ func newQueries(n names, lanes int) *queries {
 	q.lockedDelete = fmt.Sprintf(`DELETE FROM %s WHERE lane = -1 AND id IN (`, n.outbox)
 	q.lockedFail = fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = ?, `+
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+`WHERE lane = -1 AND id = ?`, n.outbox)
-	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', lane = -3 - lane, deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE lane < -1 AND status = 'parked'`, n.outbox)
+	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', lane = -3 - lane, deliver_at = `+dbNow+`, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE lane < -1 AND status = 'parked'`, n.outbox)
 	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE lane < -1 AND status = 'parked'`, n.outbox)
 	for cols := range q.insert {
 		q.insert[cols] = insertHead(n.outbox, cols)
@@ -170,6 +170,7 @@ func newQueries(n names, lanes int) *queries {
 
 	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
+	q.listParkedNullKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key IS NULL ORDER BY id LIMIT ?`, recordColumns, n.outbox)
 
 	// One autocommit upsert, so that no lock on the lease row outlives the statement (a
 	// transaction driven by a client that is paused would hold it and block every

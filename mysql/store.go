@@ -746,9 +746,12 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	}
 	var rows *sql.Rows
 	var err error
-	if q.OrderingKey == nil {
+	switch {
+	case q.OrderingKey == nil:
 		rows, err = queryB(ctx, s.db, s.q.listParked, q.After[:], int64(q.Limit))
-	} else {
+	case *q.OrderingKey == "": // stored as NULL, as parkedWhere selects it
+		rows, err = queryB(ctx, s.db, s.q.listParkedNullKey, q.After[:], int64(q.Limit))
+	default:
 		rows, err = queryB(ctx, s.db, s.q.listParkedKey, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
 	}
 	if err != nil {
@@ -790,17 +793,13 @@ func parkedWhere(b []byte, f outbox.ParkedFilter) ([]byte, []any, error) {
 	}
 }
 
-// Requeue moves the selected parked rows back to pending, due at now, attempts 0.
-func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
-	nowArg, err := timeArg(now)
-	if err != nil {
-		return 0, fmt.Errorf("mysql: requeue: now: %w", err)
-	}
+// Requeue moves the selected parked rows back to pending, due at the server's now,
+// attempts 0.
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	b, args, err := parkedWhere([]byte(s.q.requeue), f)
 	if err != nil {
 		return 0, err
 	}
-	args = append([]any{nowArg}, args...)
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("requeue", err)

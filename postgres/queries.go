@@ -218,9 +218,9 @@ func newQueries(n names, lanes int) *queries {
 	q.parked[keyOne] = list + ` AND ordering_key = $3 ORDER BY id LIMIT $2`
 	q.parked[keyNull] = list + ` AND ordering_key IS NULL ORDER BY id LIMIT $2`
 
-	requeue := `UPDATE ` + t + ` SET status = 'pending', deliver_at = $1, attempts = 0 WHERE status = 'parked'`
-	q.requeue[keyAny] = requeue + ` AND id = ANY($2::bytea[])`
-	q.requeue[keyOne] = requeue + ` AND ordering_key = $2`
+	requeue := `UPDATE ` + t + ` SET status = 'pending', deliver_at = ` + dbNow + `, attempts = 0 WHERE status = 'parked'`
+	q.requeue[keyAny] = requeue + ` AND id = ANY($1::bytea[])`
+	q.requeue[keyOne] = requeue + ` AND ordering_key = $1`
 	q.requeue[keyNull] = requeue + ` AND ordering_key IS NULL`
 	q.requeueA = requeue
 	purge := `DELETE FROM ` + t + ` WHERE status = 'parked'`

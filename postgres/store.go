@@ -487,17 +487,17 @@ func parkedFilter(op string, f outbox.ParkedFilter) (variant int, arg any, all b
 }
 
 // Requeue moves the selected parked rows back to pending, due at now, attempts reset.
-func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	v, arg, all, err := parkedFilter("requeue", f)
 	switch {
 	case err != nil:
 		return 0, err
 	case all:
-		return s.execCount(ctx, "requeue", s.q.requeueA, now)
+		return s.execCount(ctx, "requeue", s.q.requeueA)
 	case v == keyNull:
-		return s.execCount(ctx, "requeue", s.q.requeue[v], now)
+		return s.execCount(ctx, "requeue", s.q.requeue[v])
 	default:
-		return s.execCount(ctx, "requeue", s.q.requeue[v], now, arg)
+		return s.execCount(ctx, "requeue", s.q.requeue[v], arg)
 	}
 }
 

@@ -146,7 +146,7 @@ func newQueries(n names) *queries {
 	q.parkedKey = parked + " AND " + sameKey("o.ordering_key", "@key") + " ORDER BY o.id"
 	q.parkedNullKey = parked + " AND o.ordering_key IS NULL ORDER BY o.id"
 
-	requeue := counted("UPDATE ") + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	requeue := counted("UPDATE ") + t + " SET status = 'pending', deliver_at = " + dbNow + ", attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked'"
 	q.requeueAll = requeue
 	q.requeueKey = requeue + " AND " + sameKey("ordering_key", "@key")
@@ -345,7 +345,7 @@ func (q *queries) lockedClaim(n int) string {
 }
 
 func (q *queries) requeueIDs(n int) string {
-	return counted("UPDATE ") + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	return counted("UPDATE ") + q.outbox + " SET status = 'pending', deliver_at = " + dbNow + ", attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked' AND id IN (" + idList(n) + ")"
 }
 

@@ -523,23 +523,22 @@ func checkFilter(f outbox.ParkedFilter) error {
 }
 
 // Requeue moves the selected parked rows back to pending, due at now, attempts reset.
-func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	if err := checkFilter(f); err != nil {
 		return 0, err
 	}
-	nowArg := named("now", now.UTC())
 	var n int
 	var err error
 	switch {
 	case f.All:
-		n, err = s.exec(ctx, s.q.requeueAll, nowArg)
+		n, err = s.exec(ctx, s.q.requeueAll)
 	case f.OrderingKey != nil && *f.OrderingKey == "":
-		n, err = s.exec(ctx, s.q.requeueNullKey, nowArg)
+		n, err = s.exec(ctx, s.q.requeueNullKey)
 	case f.OrderingKey != nil:
-		n, err = s.exec(ctx, s.q.requeueKey, nowArg, named("key", *f.OrderingKey))
+		n, err = s.exec(ctx, s.q.requeueKey, named("key", *f.OrderingKey))
 	default:
 		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
-			return s.exec(ctx, s.q.requeueIDs(len(part)), idArgs([]any{nowArg}, part)...)
+			return s.exec(ctx, s.q.requeueIDs(len(part)), idArgs(nil, part)...)
 		})
 	}
 	return n, wrap("requeue", err)

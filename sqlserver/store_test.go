@@ -39,7 +39,7 @@ func TestArgumentChecks(t *testing.T) {
 		{"release lane", func() error { _, err := s.Release(ctx, outbox.ReleaseParams{Token: tok, Lane: 7}); return err }(), "lane 7"},
 		{"fail lane", func() error { _, err := s.Fail(ctx, outbox.FailParams{Token: tok, Lane: -3}); return err }(), "lane -3"},
 		{"list parked", func() error { _, err := s.ListParked(ctx, outbox.ParkedQuery{}); return err }(), "Limit must be at least 1"},
-		{"requeue no selector", func() error { _, err := s.Requeue(ctx, outbox.ParkedFilter{}, now); return err }(), "exactly one"},
+		{"requeue no selector", func() error { _, err := s.Requeue(ctx, outbox.ParkedFilter{}); return err }(), "exactly one"},
 		{"purge two selectors", func() error {
 			k := "k"
 			_, err := s.Purge(ctx, outbox.ParkedFilter{All: true, OrderingKey: &k})

@@ -400,7 +400,7 @@ func parkedRequeue(ctx context.Context, o *opts, w io.Writer) error {
 		return err
 	}
 	defer t.Close()
-	n, err := t.store.Requeue(ctx, f, o.now().UTC())
+	n, err := t.store.Requeue(ctx, f)
 	if err != nil {
 		return t.explain(ctx, err)
 	}

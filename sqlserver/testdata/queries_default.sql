@@ -94,16 +94,16 @@ SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, me
 SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND o.ordering_key IS NULL ORDER BY o.id
 
 SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'
 
 SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key)
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key)
 
 SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND ordering_key IS NULL
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND ordering_key IS NULL
 
 SET NOCOUNT OFF;
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
 
 SET NOCOUNT OFF;
 DELETE FROM [dbo].[outbox] WHERE status = 'parked'
