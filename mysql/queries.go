@@ -44,7 +44,7 @@ type queries struct {
 
 	park, fail, requeue, purge string
 
-	insert                    [inscols.All + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
+	insert                                       [inscols.All + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
 	listParked, listParkedKey, listParkedNullKey string
 
 	leaseAcquire, leaseHeld, leaseRenew string
