@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/mysql"
@@ -144,7 +146,7 @@ func printInbox(w io.Writer, in *inboxJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tENTRIES\tDUPLICATES\tOLDEST AGE")
 	for _, c := range in.Consumers {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", c.Consumer, c.Entries, c.Duplicates, age(c.OldestAgeSec))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", safe(c.Consumer, 60), c.Entries, c.Duplicates, age(c.OldestAgeSec))
 	}
 	return tw.Flush()
 }
@@ -274,9 +276,12 @@ type parkedJSON struct {
 	BodyBytes   int       `json:"body_bytes"` // the payload itself is never printed
 }
 
+// maxListLimit bounds parked list's -limit: a page, not the table (page with -after).
+const maxListLimit = 1000
+
 func parkedList(ctx context.Context, o *opts, w io.Writer) error {
-	if o.limit < 1 {
-		return usagef("-limit must be at least 1")
+	if o.limit < 1 || o.limit > maxListLimit {
+		return usagef("-limit must be between 1 and %d (page with -after ID), got %d", maxListLimit, o.limit)
 	}
 	q := outbox.ParkedQuery{Limit: o.limit}
 	if o.after != "" {
@@ -317,8 +322,10 @@ func parkedList(ctx context.Context, o *opts, w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKEY\tDESTINATION\tTYPE\tATTEMPTS\tCREATED\tLAST ERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, dash(r.OrderingKey), r.Destination, dash(r.MessageType),
-			r.Attempts, r.CreatedAt.Format(time.RFC3339), oneLine(r.LastError, 80))
+		// Keys, topics, types and errors come from messages: escaped, so that no
+		// control or escape sequence reaches the operator's terminal.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, dash(safe(r.OrderingKey, 60)), safe(r.Destination, 60),
+			dash(safe(r.MessageType, 40)), r.Attempts, r.CreatedAt.Format(time.RFC3339), oneLine(r.LastError, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -336,13 +343,40 @@ func dash(s string) string {
 	return s
 }
 
-// oneLine keeps a table row on one line: newlines become spaces, long text is cut.
+// oneLine keeps a table row on one line: runs of white space become one space, then
+// the text is made safe (safe) and cut to n characters.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
+	return safe(strings.Join(strings.Fields(s), " "), n)
+}
+
+// safe makes message-controlled text printable on a terminal and cuts it to n
+// characters: control characters (C0, DEL, C1: ESC and CSI start terminal sequences),
+// bidirectional and other format characters, line separators and invalid UTF-8 are
+// written as Go escapes (\x1b, \u202e); a backslash is doubled so that no escape can be
+// forged.
+func safe(s string, n int) string {
+	var b strings.Builder
+	count := 0
+	for i, r := range s {
+		if count == n-1 && utf8.RuneCountInString(s[i:]) > 1 {
+			b.WriteString("…")
+			break
+		}
+		count++
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i]) // a byte that is not UTF-8
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r < 0x100 && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
 	}
-	return s
+	return b.String()
 }
 
 // filter builds the ParkedFilter of -id, -key or -all (exactly one).
@@ -484,7 +518,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "forwarders with a live heartbeat: %d\n", len(members))
 	for _, m := range members {
-		fmt.Fprintf(w, "  %s  holds %d lanes\n", m, out.Held[m])
+		fmt.Fprintf(w, "  %s  holds %d lanes\n", safe(m, 60), out.Held[m])
 	}
 	owners := make([]string, 0, len(out.Held))
 	for owner := range out.Held {
@@ -493,7 +527,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 	sort.Strings(owners)
 	for _, owner := range owners {
 		if !contains(members, owner) {
-			fmt.Fprintf(w, "  %s  holds %d lanes (no live heartbeat: its leases run out)\n", owner, out.Held[owner])
+			fmt.Fprintf(w, "  %s  holds %d lanes (no live heartbeat: its leases run out)\n", safe(owner, 60), out.Held[owner])
 		}
 	}
 	if len(out.Leases) == 0 {
@@ -509,7 +543,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 			state = "expired"
 			when = now.Sub(l.ExpiresAt).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s (%s)\t%s\n", l.Lane, l.Owner, l.ExpiresAt.Format(time.RFC3339), when, state)
+		fmt.Fprintf(tw, "%d\t%s\t%s (%s)\t%s\n", l.Lane, safe(l.Owner, 60), l.ExpiresAt.Format(time.RFC3339), when, state)
 	}
 	return tw.Flush()
 }

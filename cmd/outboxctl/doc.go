@@ -12,7 +12,10 @@
 // Every command takes -dialect (mysql, postgres or sqlserver; guessed from the DSN when
 // omitted), -dsn (or the OUTBOX_DSN environment variable), -schema, -prefix and -lanes,
 // which must match what the application's writers and forwarders use. Passwords in DSNs
-// are never printed; message payloads are never printed at all.
+// are never printed; message payloads are never printed at all. Text that comes from
+// messages (keys, topics, types, errors) is printed with control and format characters
+// escaped (\x1b, \u202e), so that no escape sequence reaches the terminal; --json keeps
+// it exact. parked list pages at most 1,000 rows at a time (-limit, then -after).
 //
 // stats counts eligible rows: pending, due, and not claimed by a live forwarder. Rows
 // scheduled for later (outbox_deliver_at) and rows in flight are not in the backlog. It

@@ -451,3 +451,97 @@ func TestPostgresPasswordWithAt(t *testing.T) {
 		t.Fatalf("part of the password appears:\n%s", s)
 	}
 }
+
+func TestSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"orders":              "orders",
+		"a\x1b[2Jb":           `a\x1b[2Jb`,
+		"bell\x07":            `bell\x07`,
+		"csi\u009b31m":        `csi\x9b31m`,
+		"rtl\u202eexe.txt":    `rtl\u202eexe.txt`,
+		"bad\xffutf8":         `bad\xffutf8`,
+		`back\x1b`:            `back\\x1b`,
+		"tab\tnl\n":           `tab\x09nl\x0a`,
+		"ünïcode ✓":           "ünïcode ✓",
+		"\uFFFD kept as text": "\uFFFD kept as text",
+	} {
+		if got := safe(in, 100); got != want {
+			t.Errorf("safe(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := safe(strings.Repeat("x", 200), 10); got != strings.Repeat("x", 9)+"…" {
+		t.Errorf("safe cuts to %q", got)
+	}
+}
+
+// Parked rows whose key, topic, type and error carry terminal escape sequences: the
+// table shows them escaped; -limit is capped.
+func TestParkedListHostile(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := testenv.DSN(t, d.service)
+			prefix := testenv.Prefix(t)
+			db, err := sql.Open(d.driver, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			if err := db.Ping(); err != nil {
+				testenv.Unavailable(t, d.service, err)
+			}
+			o := &opts{dialect: d.name, prefix: prefix, lanes: outbox.LanesDefault}
+			store, err := newStore(db, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+				var errs []error
+				for _, tbl := range o.options().TableNames() {
+					if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+qualified(o, tbl)); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errors.Join(errs...)
+			})
+			ctx := context.Background()
+			if err := store.CreateSchema(ctx); err != nil {
+				t.Fatal(err)
+			}
+			key := "k\x1b[31mred\u009b2J"
+			r := outbox.Record{ID: outbox.NewID(), MessageUUID: "u1", Lane: lanes.Of(key, outbox.LanesDefault), OrderingKey: key,
+				Destination: "t\x1b]0;pwned\x07", MessageType: "ty\u202epe", Headers: []byte{1, 0, 0, 0, 0, 0, 0, 0},
+				Body: []byte("x"), CreatedAt: time.Now()}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Insert(ctx, tx, []outbox.Record{r}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := store.Park(ctx, r.ID, "boom\x1b[2J\x1b[H\u009b6n", time.Now()); err != nil || !ok {
+				t.Fatalf("park: %v %v", ok, err)
+			}
+			base := []string{"-dialect", d.name, "-dsn", dsn, "-prefix", prefix}
+			out := ctl(t, append([]string{"parked", "list"}, base...)...).ok(t).stdout
+			for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("parked list prints %q raw:\n%q", bad, out)
+				}
+			}
+			for _, want := range []string{`k\x1b[31mred\x9b2J`, `t\x1b]0;pwned\x07`, `ty\u202epe`, `boom\x1b[2J\x1b[H\x9b6n`} {
+				if !strings.Contains(out, want) {
+					t.Errorf("parked list lacks %s:\n%s", want, out)
+				}
+			}
+			// --json keeps the exact text (JSON escapes the control characters).
+			if p := decode[[]parkedJSON](t, ctl(t, append([]string{"parked", "list", "--json"}, base...)...).ok(t)); len(p) != 1 || p[0].OrderingKey != key {
+				t.Errorf("parked list --json: %+v", p)
+			}
+			ctl(t, append([]string{"parked", "list", "-limit", "1000000"}, base...)...).fails(t, 2, "-limit must be between 1 and 1000")
+		})
+	}
+}
