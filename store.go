@@ -45,7 +45,9 @@ type Store interface {
 	// transactions there unless told otherwise.
 	DB() *sql.DB
 
-	// CreateSchema runs the dialect's idempotent DDL (the same as its CreateScript).
+	// CreateSchema runs the dialect's idempotent DDL (the same as its CreateScript). It
+	// never alters an existing table; one it can tell predates the current schema is an
+	// error wrapping ErrSchemaOutdated.
 	CreateSchema(ctx context.Context) error
 
 	// Insert writes records inside the caller's transaction, in bulk. Zero DeliverAt means

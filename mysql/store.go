@@ -79,14 +79,17 @@ func (s *Store) Options() outbox.Options { return s.opts }
 func (s *Store) DB() *sql.DB { return s.db }
 
 // CreateSchema runs CreateScript's statements one by one (the DSN needs no
-// multiStatements). It is idempotent.
+// multiStatements). It is idempotent. It creates the missing tables and never alters an
+// existing one: a rows table of an earlier schema (keyed by id) is reported with an
+// error wrapping outbox.ErrSchemaOutdated that names the migration, not taken as
+// success that the first insert would then refuse.
 func (s *Store) CreateSchema(ctx context.Context) error {
 	for _, stmt := range s.q.create {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return wrapErr("create schema", err)
 		}
 	}
-	return nil
+	return wrapErr("create schema", s.checkLaneKey(ctx, s.db))
 }
 
 // inTx runs fn in a short READ COMMITTED transaction on a pooled connection. READ
