@@ -53,7 +53,8 @@ type queries struct {
 	heartbeat, members, leave string
 
 	inbox                                                              string // quoted, qualified
-	inboxRecord, inboxPrune, inboxStats                                string
+	inboxRecord, inboxPrune                                            string
+	inboxNextConsumer, inboxConsumer, inboxOldest, inboxEstimate       string
 	inboxLeaseLock, inboxLeaseInsert, inboxLeaseSet, inboxLeaseRelease string
 }
 
@@ -198,7 +199,15 @@ func newQueries(n names, lanes int) *queries {
 	q.inboxRecord = fmt.Sprintf(`INSERT INTO %s (consumer, message_uuid, processed_at) VALUES (?, ?, ?) `+
 		`ON DUPLICATE KEY UPDATE duplicates = duplicates + 1`, n.inbox)
 	q.inboxPrune = fmt.Sprintf(`DELETE FROM %s WHERE processed_at < ? ORDER BY processed_at LIMIT ?`, n.inbox)
-	q.inboxStats = fmt.Sprintf(`SELECT consumer, COUNT(*), CAST(MIN(processed_at) AS CHAR), CAST(SUM(duplicates) AS SIGNED) FROM %s GROUP BY consumer`, n.inbox)
+	// InboxStats' bounded reads (internal/inboxstats): the next consumer is one dive
+	// into the primary key (naming duplicates, so that an outdated table says so even
+	// when empty); a consumer's figures read at most ? entries of its key range; the
+	// oldest entry is one dive into ix_processed_at; the estimate is the engine's statistics.
+	q.inboxNextConsumer = fmt.Sprintf(`SELECT consumer, duplicates FROM %s WHERE consumer > ? ORDER BY consumer LIMIT 1`, n.inbox)
+	q.inboxConsumer = fmt.Sprintf(`SELECT COUNT(*), CAST(MIN(processed_at) AS CHAR), CAST(COALESCE(SUM(duplicates), 0) AS SIGNED) `+
+		`FROM (SELECT processed_at, duplicates FROM %s WHERE consumer = ? LIMIT ?) AS t`, n.inbox)
+	q.inboxOldest = fmt.Sprintf(`SELECT CAST(MIN(processed_at) AS CHAR) FROM %s`, n.inbox)
+	q.inboxEstimate = `SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`
 	q.inboxLeaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE name = 'retention' FOR UPDATE`, n.inboxLease)
 	q.inboxLeaseInsert = fmt.Sprintf(`INSERT INTO %s (name, owner, token, expires_at) VALUES ('retention', ?, ?, ?)`, n.inboxLease)
 	q.inboxLeaseSet = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE name = 'retention'`, n.inboxLease)

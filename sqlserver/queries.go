@@ -76,9 +76,10 @@ type queries struct {
 	laneRun, parkedKeys, failLane            string
 	leases, heartbeat, members, leave        string
 
-	inbox                                               string // quoted, qualified
-	inboxRecord, inboxDuplicate, inboxPrune, inboxStats string
-	inboxAcquire, inboxRelease                          string
+	inbox                                                        string // quoted, qualified
+	inboxRecord, inboxDuplicate, inboxPrune                      string
+	inboxNextConsumer, inboxConsumer, inboxOldest, inboxEstimate string
+	inboxAcquire, inboxRelease                                   string
 }
 
 func newQueries(n names) *queries {
@@ -191,7 +192,15 @@ func newQueries(n names) *queries {
 	// age index; READPAST passes over entries an open transaction holds.
 	q.inboxPrune = counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM ") + inbox +
 		" WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch"
-	q.inboxStats = "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " GROUP BY consumer"
+	// InboxStats' bounded reads (internal/inboxstats): the next consumer is one seek
+	// into the primary key (naming duplicates, so that an outdated table says so even
+	// when empty); a consumer's figures read at most @n entries of its key range; the
+	// oldest entry is one seek into the age index; the estimate is sys.partitions'.
+	q.inboxNextConsumer = "SELECT TOP (1) consumer, duplicates FROM " + inbox + " WHERE consumer > @after ORDER BY consumer"
+	q.inboxConsumer = "SELECT COUNT_BIG(*), MIN(processed_at), COALESCE(SUM(duplicates), 0) " +
+		"FROM (SELECT TOP (@n) processed_at, duplicates FROM " + inbox + " WHERE consumer = @consumer) AS t"
+	q.inboxOldest = "SELECT MIN(processed_at) FROM " + inbox
+	q.inboxEstimate = "SELECT COALESCE(SUM(rows), 0) FROM sys.partitions WHERE object_id = OBJECT_ID(@table) AND index_id IN (0, 1)"
 	q.inboxAcquire = counted("MERGE ") + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
 		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END " +

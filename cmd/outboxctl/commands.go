@@ -86,67 +86,114 @@ type statsJSON struct {
 // inboxJSON is the size of the inbox table and the duplicates its entries skipped
 // (outbox.InboxConsumerStats.Duplicates: committed duplicates of the entries kept).
 type inboxJSON struct {
-	Table        string              `json:"table"`
-	Outdated     string              `json:"outdated,omitempty"` // the table needs the ALTER named here; no figures then
-	Entries      int64               `json:"entries"`
-	Duplicates   int64               `json:"duplicates"`
-	OldestAgeSec float64             `json:"oldest_age_seconds"`
-	Consumers    []inboxConsumerJSON `json:"consumers"`
+	Table    string `json:"table"`
+	Outdated string `json:"outdated,omitempty"` // the table needs the ALTER named here; no figures then
+	// Error is set when the section could not be read (permission denied, timeout): no
+	// figures then; the outbox's figures above it stand.
+	Error string `json:"error,omitempty"`
+	// Partial: a consumer has more entries than were read (capped) or more consumers
+	// exist than listed; entries and duplicates are then lower bounds, entries at least
+	// the engine's estimate.
+	Partial       bool                `json:"partial"`
+	MoreConsumers bool                `json:"more_consumers"`
+	Entries       int64               `json:"entries"`
+	Duplicates    int64               `json:"duplicates"`
+	OldestAgeSec  float64             `json:"oldest_age_seconds"`
+	Consumers     []inboxConsumerJSON `json:"consumers"`
 }
 
 type inboxConsumerJSON struct {
-	Consumer     string    `json:"consumer"`
-	Entries      int64     `json:"entries"`
-	Duplicates   int64     `json:"duplicates"`
-	Oldest       time.Time `json:"oldest"`
-	OldestAgeSec float64   `json:"oldest_age_seconds"`
+	Consumer     string     `json:"consumer"`
+	Entries      int64      `json:"entries"`
+	Capped       bool       `json:"capped"` // more entries than read: entries and duplicates are lower bounds
+	Duplicates   int64      `json:"duplicates"`
+	Oldest       *time.Time `json:"oldest"` // null when capped
+	OldestAgeSec float64    `json:"oldest_age_seconds"`
 }
 
-// inboxStats reads the inbox table's size; nil when the store has no inbox or its table
-// does not exist (an outbox deployed before the inbox).
-func inboxStats(ctx context.Context, t *target, now time.Time) (*inboxJSON, error) {
+// inboxStats reads the inbox table's size (bounded reads, under a deadline of its
+// own); nil when the store has no inbox or its table does not exist (an outbox deployed
+// before the inbox). A failure to read it is reported in the section, never as the
+// command's error: the inbox is optional, and the backlog must stay visible.
+func inboxStats(ctx context.Context, t *target, now time.Time) *inboxJSON {
 	in, ok := t.store.(outbox.Inbox)
 	if !ok {
-		return nil, nil
+		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, inboxTimeout(ctx))
+	defer cancel()
 	st, err := in.InboxStats(ctx)
 	if missingTable(err) {
-		return nil, nil
+		return nil
 	}
-	table := qualified(t.o, t.o.options().InboxTable())
-	if errors.Is(err, outbox.ErrSchemaOutdated) {
-		return &inboxJSON{Table: table, Outdated: err.Error(), Consumers: []inboxConsumerJSON{}}, nil
+	out := &inboxJSON{Table: qualified(t.o, t.o.options().InboxTable()), Consumers: []inboxConsumerJSON{}}
+	switch {
+	case errors.Is(err, outbox.ErrSchemaOutdated):
+		out.Outdated = t.o.scrub(err)
+		return out
+	case errors.Is(err, context.DeadlineExceeded):
+		out.Error = "timed out (" + t.o.scrub(err) + ")"
+		return out
+	case err != nil:
+		out.Error = t.o.scrub(err)
+		return out
 	}
-	if err != nil {
-		return nil, t.explain(ctx, err)
+	out.Partial, out.MoreConsumers = st.Partial(), st.MoreConsumers
+	out.Entries, out.Duplicates = st.Entries(), st.Duplicates()
+	if !st.Oldest.IsZero() {
+		out.OldestAgeSec = max(0, now.Sub(st.Oldest).Seconds())
 	}
-	out := &inboxJSON{Table: table, Entries: st.Entries(), Duplicates: st.Duplicates(), Consumers: []inboxConsumerJSON{}}
 	for _, c := range st.Consumers {
-		a := max(0, now.Sub(c.Oldest).Seconds())
-		out.Consumers = append(out.Consumers, inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Duplicates: c.Duplicates,
-			Oldest: c.Oldest.UTC(), OldestAgeSec: a})
-		out.OldestAgeSec = max(out.OldestAgeSec, a)
+		cj := inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Capped: c.Capped, Duplicates: c.Duplicates}
+		if !c.Oldest.IsZero() {
+			oldest := c.Oldest.UTC()
+			cj.Oldest, cj.OldestAgeSec = &oldest, max(0, now.Sub(oldest).Seconds())
+		}
+		out.Consumers = append(out.Consumers, cj)
 	}
-	return out, nil
+	return out
+}
+
+// inboxTimeout is the inbox section's share of what remains of the command's deadline:
+// a half, so that a slow inbox read still leaves time to print.
+func inboxTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d)/2, time.Millisecond)
+	}
+	return 10 * time.Second
 }
 
 func printInbox(w io.Writer, in *inboxJSON) error {
-	if in == nil {
+	switch {
+	case in == nil:
 		fmt.Fprintln(w, "\ninbox     no table (outboxctl schema apply creates it)")
 		return nil
-	}
-	if in.Outdated != "" {
+	case in.Outdated != "":
 		fmt.Fprintf(w, "\ninbox %s: WARNING: %s\n", in.Table, in.Outdated)
 		return nil
+	case in.Error != "":
+		fmt.Fprintf(w, "\ninbox %s: WARNING: not read: %s\n", in.Table, oneLine(in.Error, 300))
+		return nil
 	}
-	fmt.Fprintf(w, "\ninbox %s: %d entries, %d duplicates skipped, oldest %s\n", in.Table, in.Entries, in.Duplicates, age(in.OldestAgeSec))
+	atLeast := ""
+	if in.Partial {
+		atLeast = "at least "
+	}
+	fmt.Fprintf(w, "\ninbox %s: %s%d entries, %s%d duplicates skipped, oldest %s\n", in.Table, atLeast, in.Entries, atLeast, in.Duplicates, age(in.OldestAgeSec))
 	if len(in.Consumers) == 0 {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tENTRIES\tDUPLICATES\tOLDEST AGE")
 	for _, c := range in.Consumers {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", safe(c.Consumer, 60), c.Entries, c.Duplicates, age(c.OldestAgeSec))
+		entries, dups, oldest := fmt.Sprint(c.Entries), fmt.Sprint(c.Duplicates), age(c.OldestAgeSec)
+		if c.Capped {
+			entries, dups, oldest = ">= "+entries, ">= "+dups, "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", safe(c.Consumer, 60), entries, dups, oldest)
+	}
+	if in.MoreConsumers {
+		fmt.Fprintf(tw, "(more consumers)\t\t\t\n")
 	}
 	return tw.Flush()
 }
@@ -170,9 +217,7 @@ func stats(ctx context.Context, o *opts, w io.Writer) error {
 		Table: qualified(o, o.options().OutboxTable()), Dialect: o.dialect, Lanes: o.lanes,
 		Now: now, Parked: st.Parked, PerLane: []laneJSON{},
 	}
-	if out.Inbox, err = inboxStats(ctx, t, now); err != nil {
-		return err
-	}
+	out.Inbox = inboxStats(ctx, t, now)
 	if maxLane != outbox.Unordered {
 		out.MaxLane = &maxLane
 		out.LaneMismatch = maxLane >= o.lanes

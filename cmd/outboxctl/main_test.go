@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -577,4 +580,157 @@ func TestSchemaApplyOutdatedMySQL(t *testing.T) {
 	if strings.Contains(r.stdout, "schema applied") {
 		t.Fatalf("schema apply says it applied:\n%s", r.stdout)
 	}
+}
+
+// stats with the three-table grants docs/operations.md recommends (no grant on the
+// inbox tables), and with an inbox table another session holds locked: the backlog is
+// printed, the inbox section says why it is missing, and the command succeeds.
+func TestStatsInboxSectionFails(t *testing.T) {
+	t.Setenv("OUTBOX_DSN", "")
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := testenv.DSN(t, d.service)
+			prefix := testenv.Prefix(t)
+			db, err := sql.Open(d.driver, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			if err := db.Ping(); err != nil {
+				testenv.Unavailable(t, d.service, err)
+			}
+			o := &opts{dialect: d.name, prefix: prefix, lanes: outbox.LanesDefault}
+			testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+				var errs []error
+				for _, tbl := range o.options().TableNames() {
+					if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+qualified(o, tbl)); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errors.Join(errs...)
+			})
+			store, err := newStore(db, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := store.CreateSchema(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ob, err := publisher.New(store, publisher.Config{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
+				if _, err := store.(outbox.Inbox).RecordInbox(ctx, tx.SQLTx(), "billing", "m1", time.Now()); err != nil {
+					return err
+				}
+				return tx.Publish("orders", message.NewMessage("a", nil), message.NewMessage("b", nil), message.NewMessage("c", nil))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// A user with the three-table grants.
+			restricted := restrictedUser(t, db, d.name, dsn, o)
+			base := []string{"-dialect", d.name, "-prefix", prefix}
+			r := ctl(t, append([]string{"stats", "-dsn", restricted}, base...)...).ok(t)
+			denied := map[string]string{"mysql": "denied", "postgres": "permission denied"}[d.name]
+			if !strings.Contains(r.stdout, "backlog   3 eligible rows") || !strings.Contains(r.stdout, "WARNING: not read") || !strings.Contains(r.stdout, denied) {
+				t.Errorf("stats with the three-table grants:\n%s", r.stdout)
+			}
+			st := decode[statsJSON](t, ctl(t, append([]string{"stats", "--json", "-dsn", restricted}, base...)...).ok(t))
+			if st.Eligible != 3 || st.Inbox == nil || !strings.Contains(st.Inbox.Error, denied) {
+				t.Errorf("stats --json with the three-table grants: %+v, inbox %+v", st, st.Inbox)
+			}
+
+			// An inbox table locked by another session: the section times out.
+			release := lockTable(t, db, d.name, qualified(o, o.options().InboxTable()))
+			r = ctl(t, append([]string{"stats", "-dsn", dsn, "-timeout", "4s"}, base...)...).ok(t)
+			release()
+			if !strings.Contains(r.stdout, "backlog   3 eligible rows") || !strings.Contains(r.stdout, "timed out") {
+				t.Errorf("stats over a locked inbox table:\n%s", r.stdout)
+			}
+			// And without the lock, the figures.
+			st = decode[statsJSON](t, ctl(t, append([]string{"stats", "--json", "-dsn", dsn}, base...)...).ok(t))
+			if st.Inbox == nil || st.Inbox.Error != "" || st.Inbox.Entries != 1 || st.Inbox.Partial {
+				t.Errorf("stats --json: inbox %+v", st.Inbox)
+			}
+		})
+	}
+}
+
+// restrictedUser creates a login with SELECT, INSERT, UPDATE and DELETE on the outbox,
+// lanes and nodes tables only (docs/operations.md, Privileges), dropped at the end, and
+// returns its DSN.
+func restrictedUser(t *testing.T, db *sql.DB, dialect, dsn string, o *opts) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	user, pw := "octl_"+hex.EncodeToString(b[:]), "Pw"+hex.EncodeToString(b[:])
+	tables := []string{o.options().OutboxTable(), o.options().LanesTable(), o.options().NodesTable()}
+	var stmts []string
+	var drop string
+	var restricted string
+	switch dialect {
+	case "postgres":
+		stmts = append(stmts, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, pw))
+		for _, tbl := range tables {
+			stmts = append(stmts, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s", qualified(o, tbl), user))
+		}
+		drop = "DROP OWNED BY " + user + "; DROP ROLE " + user
+		restricted = strings.Replace(dsn, "postgres://postgres@", "postgres://"+user+":"+pw+"@", 1)
+	default:
+		stmts = append(stmts, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", user, pw))
+		for _, tbl := range tables {
+			stmts = append(stmts, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO '%s'@'%%'", qualified(o, tbl), user))
+		}
+		drop = fmt.Sprintf("DROP USER '%s'@'%%'", user)
+		restricted = strings.Replace(dsn, "root@", user+":"+pw+"@", 1)
+	}
+	if restricted == dsn {
+		t.Skipf("the %s DSN is not of the form the test rewrites: %s", dialect, dsn)
+	}
+	testenv.Cleanup(t, "drop the restricted user", func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, drop)
+		return err
+	})
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return restricted
+}
+
+// lockTable holds table locked against readers from another session until release.
+func lockTable(t *testing.T, db *sql.DB, dialect, table string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, unlock := "LOCK TABLES "+table+" WRITE", "UNLOCK TABLES"
+	if dialect == "postgres" {
+		lock, unlock = "BEGIN; LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE", "ROLLBACK"
+	}
+	if _, err := conn.ExecContext(ctx, lock); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	done := false
+	release = func() {
+		if done {
+			return
+		}
+		done = true
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(cctx, unlock)
+		conn.Close()
+	}
+	t.Cleanup(release)
+	return release
 }

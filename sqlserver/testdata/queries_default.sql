@@ -150,7 +150,13 @@ UPDATE [dbo].[inbox] SET duplicates = duplicates + 1 WHERE consumer = @consumer 
 SET NOCOUNT OFF;
 WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAST) WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch
 
-SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM [dbo].[inbox] GROUP BY consumer
+SELECT TOP (1) consumer, duplicates FROM [dbo].[inbox] WHERE consumer > @after ORDER BY consumer
+
+SELECT COUNT_BIG(*), MIN(processed_at), COALESCE(SUM(duplicates), 0) FROM (SELECT TOP (@n) processed_at, duplicates FROM [dbo].[inbox] WHERE consumer = @consumer) AS t
+
+SELECT MIN(processed_at) FROM [dbo].[inbox]
+
+SELECT COALESCE(SUM(rows), 0) FROM sys.partitions WHERE object_id = OBJECT_ID(@table) AND index_id IN (0, 1)
 
 SET NOCOUNT OFF;
 MERGE [dbo].[inbox_lease] WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name WHEN MATCHED AND (l.expires_at <= @now OR l.token = CAST(@tok AS binary(16))) THEN UPDATE SET owner = @owner, token = CAST(@tok AS binary(16)), expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END WHEN NOT MATCHED THEN INSERT (name, owner, token, expires_at) VALUES (s.name, @owner, CAST(@tok AS binary(16)), @until);
