@@ -273,6 +273,10 @@ type ParkedQuery struct {
 	After       ID
 	Limit       int
 	OrderingKey *string // nil = any key; "" = the rows without a key
+	// MaxBody, when positive, bounds the payload bytes read per row: Body holds the
+	// payload's first MaxBody bytes (the rest never leaves the database), and
+	// Record.BodySize its whole length. 0 reads whole payloads.
+	MaxBody int
 }
 
 // ParkedFilter selects parked rows for Requeue and Purge: the rows listed in IDs, or

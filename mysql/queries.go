@@ -169,9 +169,9 @@ func newQueries(n names, lanes int) *queries {
 		q.insert[cols] = insertHead(n.outbox, cols)
 	}
 
-	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
-	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
-	q.listParkedNullKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key IS NULL ORDER BY id LIMIT ?`, recordColumns, n.outbox)
+	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? ORDER BY id LIMIT ?`, parkedColumns, n.outbox)
+	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, parkedColumns, n.outbox)
+	q.listParkedNullKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key IS NULL ORDER BY id LIMIT ?`, parkedColumns, n.outbox)
 
 	// One autocommit upsert, so that no lock on the lease row outlives the statement (a
 	// transaction driven by a client that is paused would hold it and block every

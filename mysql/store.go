@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sort"
@@ -749,19 +750,32 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	}
 	var rows *sql.Rows
 	var err error
+	maxBody := int64(math.MaxUint32) // LONGBLOB's bound: the whole payload
+	if q.MaxBody > 0 {
+		maxBody = int64(q.MaxBody)
+	}
 	switch {
 	case q.OrderingKey == nil:
-		rows, err = queryB(ctx, s.db, s.q.listParked, q.After[:], int64(q.Limit))
+		rows, err = queryB(ctx, s.db, s.q.listParked, maxBody, q.After[:], int64(q.Limit))
 	case *q.OrderingKey == "": // stored as NULL, as parkedWhere selects it
-		rows, err = queryB(ctx, s.db, s.q.listParkedNullKey, q.After[:], int64(q.Limit))
+		rows, err = queryB(ctx, s.db, s.q.listParkedNullKey, maxBody, q.After[:], int64(q.Limit))
 	default:
-		rows, err = queryB(ctx, s.db, s.q.listParkedKey, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
+		rows, err = queryB(ctx, s.db, s.q.listParkedKey, maxBody, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
 	}
 	if err != nil {
 		return nil, wrapErr("list parked", err)
 	}
-	out, err := scanRecords(rows, make([]outbox.Record, 0, min(q.Limit, 256)), q.Limit)
-	if err != nil {
+	defer rows.Close()
+	sc := getScanner()
+	defer putScanner(sc)
+	out := make([]outbox.Record, 0, min(q.Limit, 256))
+	for len(out) < q.Limit && rows.Next() {
+		out = append(out, outbox.Record{})
+		if err := sc.scanSized(rows, &out[len(out)-1]); err != nil {
+			return nil, wrapErr("list parked", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, wrapErr("list parked", err)
 	}
 	return out, nil

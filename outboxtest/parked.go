@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ func parkedTests() []subtest {
 		{"Purge", testPurge},
 		{"FilterSelectors", testParkedFilterSelectors},
 		{"SameRowsEveryFilter", testParkedSameRows},
+		{"ListBoundsBodies", testParkedListMaxBody},
 		{"RequeueOnDatabaseClock", testRequeueDatabaseClock},
 	}
 }
@@ -79,7 +81,7 @@ func testParkedList(t *testing.T, h Harness) {
 		}
 		for _, r := range got {
 			want := stored(s.byID(r.ID))
-			want.Status, want.LastError = outbox.StatusParked, "reason "+r.ID.String()
+			want.Status, want.LastError, want.BodySize = outbox.StatusParked, "reason "+r.ID.String(), len(want.Body)
 			checkRecord(t, "listed row", cloneRecord(r), want)
 		}
 		paged = append(paged, ids(got)...)
@@ -356,4 +358,48 @@ func (e *env) dbNow() time.Time {
 	}
 	e.t.Fatalf("the lease of lane %d is not listed", lane)
 	return time.Time{}
+}
+
+// ListParked with MaxBody reads at most that many bytes of each payload (its first
+// ones) and gives the whole length in BodySize; without it, whole payloads.
+func testParkedListMaxBody(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	big, small, empty := NewRecord(at(0)), NewRecord(at(0)), NewRecord(at(0))
+	big.Body = bytes.Repeat([]byte{0, 1, 2, 0xff}, 256<<10) // 1 MiB, not text
+	small.Body = []byte("tiny")
+	empty.Body = []byte{}
+	e.insert(big, small, empty)
+	for _, r := range []outbox.Record{big, small, empty} {
+		e.park(r.ID, "poison", at(0))
+	}
+	check := func(maxBody int) {
+		t.Helper()
+		got, err := e.store.ListParked(e.ctx, outbox.ParkedQuery{Limit: 10, MaxBody: maxBody})
+		if err != nil {
+			t.Fatalf("ListParked(MaxBody %d): %v", maxBody, err)
+		}
+		if len(got) != 3 {
+			t.Fatalf("ListParked(MaxBody %d) = %d rows, want 3", maxBody, len(got))
+		}
+		for _, g := range got {
+			var want []byte
+			for _, r := range []outbox.Record{big, small, empty} {
+				if r.ID == g.ID {
+					want = r.Body
+				}
+			}
+			prefix := want
+			if maxBody > 0 && len(prefix) > maxBody {
+				prefix = prefix[:maxBody]
+			}
+			if !bytes.Equal(g.Body, prefix) || g.BodySize != len(want) {
+				t.Errorf("MaxBody %d: row %s has %d body bytes (size %d); want its first %d of %d", maxBody, g.ID, len(g.Body), g.BodySize, len(prefix), len(want))
+			}
+		}
+	}
+	check(16)
+	check(0)
+	if _, err := e.store.ListParked(e.ctx, outbox.ParkedQuery{Limit: 10, MaxBody: -1}); !errors.Is(err, outbox.ErrInvalidArgument) {
+		t.Errorf("ListParked(MaxBody -1) = %v, want an error wrapping outbox.ErrInvalidArgument", err)
+	}
 }

@@ -214,10 +214,14 @@ func newQueries(n names, lanes int) *queries {
 	q.maxLane = `SELECT GREATEST((SELECT max(lane) FROM ` + t + ` WHERE status = 'pending' AND lane IS NOT NULL), ` +
 		`(SELECT max(lane) FROM ` + t + ` WHERE status = 'parked'))`
 
-	list := `SELECT ` + selectColumns + ` FROM ` + t + ` WHERE status = 'parked' AND id > $1`
-	q.parked[keyAny] = list + ` ORDER BY id LIMIT $2`
-	q.parked[keyOne] = list + ` AND ordering_key = $3 ORDER BY id LIMIT $2`
-	q.parked[keyNull] = list + ` AND ordering_key IS NULL ORDER BY id LIMIT $2`
+	// The listing reads the payload's first $n bytes (the last parameter) and its length.
+	list := func(n string) string {
+		return `SELECT ` + strings.Replace(selectColumns, "headers, body,", "headers, substring(body from 1 for "+n+"),", 1) +
+			`, octet_length(body) FROM ` + t + ` WHERE status = 'parked' AND id > $1`
+	}
+	q.parked[keyAny] = list("$3") + ` ORDER BY id LIMIT $2`
+	q.parked[keyOne] = list("$4") + ` AND ordering_key = $3 ORDER BY id LIMIT $2`
+	q.parked[keyNull] = list("$3") + ` AND ordering_key IS NULL ORDER BY id LIMIT $2`
 
 	requeue := `UPDATE ` + t + ` SET status = 'pending', deliver_at = ` + dbNow + `, attempts = 0 WHERE status = 'parked'`
 	q.requeue[keyAny] = requeue + ` AND id = ANY($1::bytea[])`

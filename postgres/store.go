@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -442,13 +443,17 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	}
 	var rows *sql.Rows
 	var err error
+	maxBody := math.MaxInt32 // bytea's bound: the whole payload
+	if q.MaxBody > 0 {
+		maxBody = q.MaxBody
+	}
 	switch {
 	case q.OrderingKey == nil:
-		rows, err = s.db.QueryContext(ctx, s.q.parked[keyAny], q.After[:], q.Limit)
+		rows, err = s.db.QueryContext(ctx, s.q.parked[keyAny], q.After[:], q.Limit, maxBody)
 	case *q.OrderingKey == "":
-		rows, err = s.db.QueryContext(ctx, s.q.parked[keyNull], q.After[:], q.Limit)
+		rows, err = s.db.QueryContext(ctx, s.q.parked[keyNull], q.After[:], q.Limit, maxBody)
 	default:
-		rows, err = s.db.QueryContext(ctx, s.q.parked[keyOne], q.After[:], q.Limit, *q.OrderingKey)
+		rows, err = s.db.QueryContext(ctx, s.q.parked[keyOne], q.After[:], q.Limit, *q.OrderingKey, maxBody)
 	}
 	if err != nil {
 		return nil, wrap("list parked", err)
@@ -458,10 +463,13 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	var out []outbox.Record
 	for rows.Next() {
 		out = append(out, outbox.Record{})
-		if err := sc.scan(rows, &out[len(out)-1]); err != nil {
+		r := &out[len(out)-1]
+		var size int64
+		if err := sc.scanCounted(rows, r, &size); err != nil {
 			rows.Close()
 			return nil, wrap("list parked", err)
 		}
+		r.BodySize = int(size)
 	}
 	if err := sqlrows.Close(rows); err != nil {
 		return nil, wrap("list parked", err)
@@ -663,6 +671,7 @@ func (sc *rowScanner) decode(r *outbox.Record) {
 	r.Destination = sc.dest.String
 	r.MessageType = sc.typ.String
 	sqlrows.CopyBytes(r, sc.headers, sc.body)
+	r.BodySize = 0
 	r.TenantID = sc.tenant.String
 	r.CreatedAt = sc.created.Time.UTC()
 	r.DeliverAt = r.CreatedAt // NULL: deliver_at = created_at

@@ -142,7 +142,9 @@ func newQueries(n names) *queries {
 	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WHERE status = 'pending' " +
 		"UNION ALL SELECT MAX(lane) FROM " + t + " WHERE status = 'parked') AS m"
 
-	parked := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
+	// The listing reads the payload's first @maxbody bytes and its length.
+	parked := "SELECT TOP (@n) " + strings.Replace(selectCols, "headers, body,", "headers, SUBSTRING(body, 1, @maxbody),", 1) +
+		", DATALENGTH(body) FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
 	q.parkedAny = parked + " ORDER BY o.id"
 	q.parkedKey = parked + " AND " + sameKey("o.ordering_key", "@key") + " ORDER BY o.id"
 	q.parkedNullKey = parked + " AND o.ordering_key IS NULL ORDER BY o.id"

@@ -87,11 +87,11 @@ SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM [dbo].[outbox] AS o WITH 
 
 SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM [dbo].[outbox] WHERE status = 'pending' UNION ALL SELECT MAX(lane) FROM [dbo].[outbox] WHERE status = 'parked') AS m
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, SUBSTRING(body, 1, @maxbody), tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, DATALENGTH(body) FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, SUBSTRING(body, 1, @maxbody), tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, DATALENGTH(body) FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND o.ordering_key IS NULL ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, SUBSTRING(body, 1, @maxbody), tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, DATALENGTH(body) FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND o.ordering_key IS NULL ORDER BY o.id
 
 SET NOCOUNT OFF;
 UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE status = 'parked'
