@@ -387,7 +387,9 @@ func TestWake_PostgresListenRetriesAfterWorking(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // several refused attempts
 	m.rejectListen.Store(false)
 	waitLog(t, logger, watermill.InfoLogLevel, listeningLog, 2, 10*time.Second)
-	if slices.ContainsFunc(logger.snapshot(), func(e logEntry) bool { return errors.Is(e.err, outbox.ErrWakeUnavailable) && e.msg != "Listening connection failed; reconnecting with backoff (the forwarder polls meanwhile)" }) {
+	if slices.ContainsFunc(logger.snapshot(), func(e logEntry) bool {
+		return errors.Is(e.err, outbox.ErrWakeUnavailable) && e.msg != "Listening connection failed; reconnecting with backoff (the forwarder polls meanwhile)"
+	}) {
 		logger.dump(t)
 		t.Fatal("the forwarder was told wake-ups are unavailable after the listener had worked")
 	}

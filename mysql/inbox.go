@@ -104,6 +104,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	n, err := res.RowsAffected()
 	return int(n), wrapErr("prune inbox", err)
 }
+
 // InboxStats returns the inbox table's figures per consumer with bounded reads
 // (internal/inboxstats).
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {

@@ -70,6 +70,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	}
 	return s.execCount(ctx, "prune inbox", s.q.inboxPrune, before, limit)
 }
+
 // InboxStats returns the inbox table's figures per consumer with bounded reads
 // (internal/inboxstats).
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {

@@ -70,6 +70,7 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	n, err := s.exec(ctx, s.q.inboxPrune, named("limit", int64(limit)), named("before", before.UTC()))
 	return n, wrap("prune inbox", err)
 }
+
 // InboxStats returns the inbox table's figures per consumer with bounded reads
 // (internal/inboxstats).
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
