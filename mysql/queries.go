@@ -205,7 +205,7 @@ func newQueries(n names, lanes int) *queries {
 	// oldest entry is one dive into ix_processed_at; the estimate is the engine's statistics.
 	q.inboxNextConsumer = fmt.Sprintf(`SELECT consumer, duplicates FROM %s WHERE consumer > ? ORDER BY consumer LIMIT 1`, n.inbox)
 	q.inboxConsumer = fmt.Sprintf(`SELECT COUNT(*), CAST(MIN(processed_at) AS CHAR), CAST(COALESCE(SUM(duplicates), 0) AS SIGNED) `+
-		`FROM (SELECT processed_at, duplicates FROM %s WHERE consumer = ? LIMIT ?) AS t`, n.inbox)
+		`FROM (SELECT processed_at, duplicates FROM %s WHERE consumer = ? ORDER BY message_uuid LIMIT ?) AS t`, n.inbox)
 	q.inboxOldest = fmt.Sprintf(`SELECT CAST(MIN(processed_at) AS CHAR) FROM %s`, n.inbox)
 	q.inboxEstimate = `SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`
 	q.inboxLeaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE name = 'retention' FOR UPDATE`, n.inboxLease)

@@ -273,7 +273,7 @@ func newQueries(n names, lanes int) *queries {
 	// oldest entry is one dive into the age index; the estimate is the planner's.
 	q.inboxNextConsumer = `SELECT consumer, duplicates FROM ` + n.inbox + ` WHERE consumer > $1 ORDER BY consumer LIMIT 1`
 	q.inboxConsumer = `SELECT count(*), min(processed_at), coalesce(sum(duplicates), 0)::bigint ` +
-		`FROM (SELECT processed_at, duplicates FROM ` + n.inbox + ` WHERE consumer = $1 LIMIT $2) AS t`
+		`FROM (SELECT processed_at, duplicates FROM ` + n.inbox + ` WHERE consumer = $1 ORDER BY message_uuid LIMIT $2) AS t`
 	q.inboxOldest = `SELECT min(processed_at) FROM ` + n.inbox
 	q.inboxEstimate = `SELECT coalesce(max(greatest(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1)`
 	// $1 owner, $2 token, $3 now, $4 until.

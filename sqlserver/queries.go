@@ -200,7 +200,7 @@ func newQueries(n names) *queries {
 	// oldest entry is one seek into the age index; the estimate is sys.partitions'.
 	q.inboxNextConsumer = "SELECT TOP (1) consumer, duplicates FROM " + inbox + " WHERE consumer > @after ORDER BY consumer"
 	q.inboxConsumer = "SELECT COUNT_BIG(*), MIN(processed_at), COALESCE(SUM(duplicates), 0) " +
-		"FROM (SELECT TOP (@n) processed_at, duplicates FROM " + inbox + " WHERE consumer = @consumer) AS t"
+		"FROM (SELECT TOP (@n) processed_at, duplicates FROM " + inbox + " WHERE consumer = @consumer ORDER BY message_uuid) AS t"
 	q.inboxOldest = "SELECT MIN(processed_at) FROM " + inbox
 	q.inboxEstimate = "SELECT COALESCE(SUM(rows), 0) FROM sys.partitions WHERE object_id = OBJECT_ID(@table) AND index_id IN (0, 1)"
 	q.inboxAcquire = counted("MERGE ") + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +

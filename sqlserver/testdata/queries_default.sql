@@ -152,7 +152,7 @@ WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAS
 
 SELECT TOP (1) consumer, duplicates FROM [dbo].[inbox] WHERE consumer > @after ORDER BY consumer
 
-SELECT COUNT_BIG(*), MIN(processed_at), COALESCE(SUM(duplicates), 0) FROM (SELECT TOP (@n) processed_at, duplicates FROM [dbo].[inbox] WHERE consumer = @consumer) AS t
+SELECT COUNT_BIG(*), MIN(processed_at), COALESCE(SUM(duplicates), 0) FROM (SELECT TOP (@n) processed_at, duplicates FROM [dbo].[inbox] WHERE consumer = @consumer ORDER BY message_uuid) AS t
 
 SELECT MIN(processed_at) FROM [dbo].[inbox]
 
