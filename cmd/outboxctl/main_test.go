@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -733,4 +735,26 @@ func lockTable(t *testing.T, db *sql.DB, dialect, table string) (release func())
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// Whatever a message holds, safe's output is valid UTF-8 without control or format
+// characters.
+func FuzzSafe(f *testing.F) {
+	for _, s := range []string{"", "orders", "a\x1b[2Jb", "\u009b", "\u202e", "bad\xff", `\x1b`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := safe(s, 80)
+		if !utf8.ValidString(out) {
+			t.Fatalf("safe(%q) = %q: not UTF-8", s, out)
+		}
+		for _, r := range out {
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
+				t.Fatalf("safe(%q) = %q holds %U", s, out, r)
+			}
+		}
+		if n := utf8.RuneCountInString(out); n > 80*6 {
+			t.Fatalf("safe(%q) is %d characters", s, n)
+		}
+	})
 }
