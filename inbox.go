@@ -45,7 +45,11 @@ type Inbox interface {
 
 	// InboxStats returns per consumer the number of entries, the oldest processedAt and
 	// the duplicates the entries skipped, ordered by consumer (bytewise); an error
-	// wrapping ErrSchemaOutdated for a table without the duplicates column.
+	// wrapping ErrSchemaOutdated for a table without the duplicates column. Its reads
+	// are bounded whatever the table's size: it walks at most InboxStatsMaxConsumers
+	// consumers (one index dive each) and reads at most InboxStatsMaxEntries entries of
+	// each; a consumer with more is Capped, and the table's size is then the engine's
+	// estimate (InboxStats.EstimatedEntries).
 	InboxStats(ctx context.Context) (InboxStats, error)
 
 	// AcquireInboxLease takes the table's retention lease (one row in
@@ -65,27 +69,67 @@ type InboxLeaseParams struct {
 	Until time.Time
 }
 
+// InboxStatsMaxConsumers bounds the consumers Inbox.InboxStats lists.
+const InboxStatsMaxConsumers = 100
+
+// InboxStatsMaxEntries bounds the entries Inbox.InboxStats reads per consumer: a
+// consumer with more is Capped.
+const InboxStatsMaxEntries = 10_000
+
 // InboxConsumerStats is the size of one consumer's part of the inbox table.
 type InboxConsumerStats struct {
 	Consumer string
-	Entries  int64
-	Oldest   time.Time // processedAt of its oldest entry
+	// Entries is the consumer's number of entries; when Capped, a lower bound
+	// (InboxStatsMaxEntries + 1).
+	Entries int64
+	// Oldest is processedAt of its oldest entry; zero when Capped (InboxStats.Oldest
+	// is the table's).
+	Oldest time.Time
 	// Duplicates is how many deliveries of its entries' messages were skipped as
 	// already applied (committed duplicates, summed over the entries the table keeps:
-	// an entry pruned by retention takes its count with it).
+	// an entry pruned by retention takes its count with it); when Capped, over the
+	// entries read only (a lower bound).
 	Duplicates int64
+	// Capped is set when the consumer holds more than InboxStatsMaxEntries entries, which
+	// were not all read.
+	Capped bool
 }
 
-// InboxStats is a snapshot of the inbox table.
+// InboxStats is a snapshot of the inbox table, taken with bounded reads.
 type InboxStats struct {
-	Consumers []InboxConsumerStats // ordered by consumer
+	Consumers []InboxConsumerStats // ordered by consumer; at most InboxStatsMaxConsumers
+	// MoreConsumers is set when the table holds consumers after the last one listed.
+	MoreConsumers bool
+	// Oldest is processedAt of the table's oldest entry (zero for an empty table).
+	Oldest time.Time
+	// EstimatedEntries is the engine's estimate of the table's rows (its statistics),
+	// read only when a consumer is Capped or MoreConsumers is set; 0 otherwise.
+	EstimatedEntries int64
 }
 
-// Entries returns the table's total number of entries.
+// Partial reports whether the figures leave entries uncounted (a Capped consumer, or
+// more consumers than listed): Entries and Duplicates are lower bounds then.
+func (s InboxStats) Partial() bool {
+	if s.MoreConsumers {
+		return true
+	}
+	for _, c := range s.Consumers {
+		if c.Capped {
+			return true
+		}
+	}
+	return false
+}
+
+// Entries returns the table's total number of entries, exact unless Partial; then the
+// greater of the entries counted and EstimatedEntries.
 func (s InboxStats) Entries() int64 {
 	var n int64
 	for _, c := range s.Consumers {
 		n += c.Entries
+	}
+	if s.Partial() {
+		n = max(n, s.EstimatedEntries)
 	}
 	return n
 }

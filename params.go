@@ -90,6 +90,9 @@ func (q ParkedQuery) Validate() error {
 	if q.Limit < 1 {
 		return invalidArgument("list parked", "Limit must be at least 1, got %d", q.Limit)
 	}
+	if q.MaxBody < 0 {
+		return invalidArgument("list parked", "MaxBody must not be negative, got %d", q.MaxBody)
+	}
 	return nil
 }
 

@@ -37,7 +37,11 @@ type Record struct {
 	MessageType string // optional stable type name; "" = NULL
 	Headers     []byte // metadata encoded with package headercodec
 	Body        []byte
-	TenantID    string // "" = NULL
+	// BodySize is the stored payload's length in bytes, set by Store.ListParked, whose
+	// Body may hold only its first ParkedQuery.MaxBody bytes; 0 from the other reads,
+	// whose Body is whole.
+	BodySize int
+	TenantID string // "" = NULL
 
 	CreatedAt time.Time
 	DeliverAt time.Time // zero on insert means CreatedAt

@@ -45,7 +45,9 @@ type Store interface {
 	// transactions there unless told otherwise.
 	DB() *sql.DB
 
-	// CreateSchema runs the dialect's idempotent DDL (the same as its CreateScript).
+	// CreateSchema runs the dialect's idempotent DDL (the same as its CreateScript). It
+	// never alters an existing table; one it can tell predates the current schema is an
+	// error wrapping ErrSchemaOutdated.
 	CreateSchema(ctx context.Context) error
 
 	// Insert writes records inside the caller's transaction, in bulk. Zero DeliverAt means
@@ -134,11 +136,14 @@ type Store interface {
 	PendingLanes(ctx context.Context) ([]int, error)
 
 	// ListParked returns up to q.Limit parked rows with ID > q.After in ID order,
-	// optionally only those of one ordering key.
+	// optionally only those of one ordering key ("" selects the rows without one).
 	ListParked(ctx context.Context, q ParkedQuery) ([]Record, error)
-	// Requeue moves the parked rows the filter selects back to pending, due at now, with
-	// attempts reset to 0; it returns how many moved.
-	Requeue(ctx context.Context, f ParkedFilter, now time.Time) (int, error)
+	// Requeue moves the parked rows the filter selects back to pending, due at the
+	// database's now (never a caller's clock: a requeued row may head its lane, and a
+	// clock running ahead would hold the lane), with attempts reset to 0; it returns how
+	// many moved. ListParked with the same key (OrderingKey "" = the unordered rows, whose
+	// key is NULL), Requeue and Purge select the same rows.
+	Requeue(ctx context.Context, f ParkedFilter) (int, error)
 	// Purge deletes the parked rows the filter selects and returns how many.
 	Purge(ctx context.Context, f ParkedFilter) (int, error)
 
@@ -273,7 +278,11 @@ type FailParams struct {
 type ParkedQuery struct {
 	After       ID
 	Limit       int
-	OrderingKey *string // nil = any key
+	OrderingKey *string // nil = any key; "" = the rows without a key
+	// MaxBody, when positive, bounds the payload bytes read per row: Body holds the
+	// payload's first MaxBody bytes (the rest never leaves the database), and
+	// Record.BodySize its whole length. 0 reads whole payloads.
+	MaxBody int
 }
 
 // ParkedFilter selects parked rows for Requeue and Purge: the rows listed in IDs, or

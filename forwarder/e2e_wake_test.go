@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,6 +338,64 @@ func TestWake_PostgresListen(t *testing.T) {
 	expectFast(t, ob, db, rec, 10)
 }
 
+// TestWake_PostgresListenRetriesAfterWorking: a listener that has worked treats a later
+// failure as transient, even one that would make a first connection give up (LISTEN
+// refused, as during a failover's recovery): it retries with backoff and listens again
+// when the server takes LISTEN again, instead of leaving the forwarder to poll for the
+// rest of its life.
+func TestWake_PostgresListenRetriesAfterWorking(t *testing.T) {
+	t.Parallel()
+	db, dsn := pgDB(t)
+	store := pgTable(t, db, 8)
+	m := &proxyMode{}
+	proxied, cut := startPgProxy(t, withParam(t, dsn, "sslmode", "disable"), m)
+	logger := newLogSpy()
+	l, err := postgres.NewListener(proxied, store.Options(),
+		postgres.ListenerConfig{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, ProbeTimeout: 2 * time.Second}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newArrivals()
+	runFwd(t, store, rec, wakeConfig(l), logger)
+	n, err := postgres.NewNotifier(db, store.Options(), postgres.NotifierConfig{}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	ob, err := publisher.New(store, publisher.Config{Notifiers: []outbox.Notifier{n}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, logger, watermill.InfoLogLevel, listeningLog, 1, 10*time.Second)
+	time.Sleep(300 * time.Millisecond) // lane leases taken, first polls done
+	expectFast(t, ob, db, rec, 4)
+
+	// The server refuses LISTEN for a while, and the listening connection is lost.
+	m.rejectListen.Store(true)
+	cut()
+	refused := func() bool {
+		return slices.ContainsFunc(logger.snapshot(), func(e logEntry) bool {
+			return e.err != nil && strings.Contains(e.err.Error(), "LISTEN refused")
+		})
+	}
+	for end := time.Now().Add(10 * time.Second); !refused(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			logger.dump(t)
+			t.Fatal("no reconnection met the refused LISTEN")
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // several refused attempts
+	m.rejectListen.Store(false)
+	waitLog(t, logger, watermill.InfoLogLevel, listeningLog, 2, 10*time.Second)
+	if slices.ContainsFunc(logger.snapshot(), func(e logEntry) bool {
+		return errors.Is(e.err, outbox.ErrWakeUnavailable) && e.msg != "Listening connection failed; reconnecting with backoff (the forwarder polls meanwhile)"
+	}) {
+		logger.dump(t)
+		t.Fatal("the forwarder was told wake-ups are unavailable after the listener had worked")
+	}
+	expectFast(t, ob, db, rec, 4)
+}
+
 // TestWake_PostgresListenFallback: where notifications never reach the listening
 // connection (a proxy that drops them, as a transaction-mode pooler does), the listener
 // finds out with its probe, and where LISTEN is refused (a proxy that answers it with
@@ -403,6 +462,23 @@ func testListenFallback(t *testing.T, rejectListen bool, probeTimeout time.Durat
 // with LISTEN into one that fails (SELECT 1/0), as a server that refuses LISTEN.
 func pgProxy(t *testing.T, dsn string, rejectListen bool) string {
 	t.Helper()
+	m := &proxyMode{}
+	m.rejectListen.Store(rejectListen)
+	m.dropNotifications.Store(true)
+	proxied, _ := startPgProxy(t, dsn, m)
+	return proxied
+}
+
+// proxyMode is what a pgProxy does to the traffic, switchable while it runs.
+type proxyMode struct {
+	rejectListen      atomic.Bool // fail every LISTEN (SELECT 1/0)
+	dropNotifications atomic.Bool // drop every NotificationResponse
+}
+
+// startPgProxy starts a proxy to the server of dsn that treats traffic as m says; it
+// returns dsn pointed at the proxy and a function that cuts every connection open now.
+func startPgProxy(t *testing.T, dsn string, m *proxyMode) (string, func()) {
+	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -435,20 +511,24 @@ func pgProxy(t *testing.T, dsn string, rejectListen bool) string {
 			}
 			track(client)
 			track(server)
-			go func() { copyClient(server, client, rejectListen); server.Close() }()
-			go func() { copyServer(client, server); client.Close() }()
+			go func() { copyClient(server, client, &m.rejectListen); server.Close() }()
+			go func() { copyServer(client, server, &m.dropNotifications); client.Close() }()
 		}
 	}()
-	t.Cleanup(func() {
-		ln.Close()
+	cut := func() {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {
 			c.Close()
 		}
+		conns = nil
+	}
+	t.Cleanup(func() {
+		ln.Close()
+		cut()
 	})
 	u.Host = ln.Addr().String()
-	return u.String()
+	return u.String(), cut
 }
 
 // readMsg reads one protocol message: a type byte (none for the client's startup
@@ -484,14 +564,15 @@ func writeMsg(dst io.Writer, typ byte, typed bool, body []byte) error {
 	return err
 }
 
-// copyServer copies the server's messages to dst, except NotificationResponse ('A').
-func copyServer(dst io.Writer, src io.Reader) {
+// copyServer copies the server's messages to dst, except NotificationResponse ('A')
+// while drop is set.
+func copyServer(dst io.Writer, src io.Reader, drop *atomic.Bool) {
 	for {
 		typ, body, err := readMsg(src, true)
 		if err != nil {
 			return
 		}
-		if typ == 'A' {
+		if typ == 'A' && drop.Load() {
 			continue
 		}
 		if writeMsg(dst, typ, true, body) != nil {
@@ -501,14 +582,14 @@ func copyServer(dst io.Writer, src io.Reader) {
 }
 
 // copyClient copies the client's messages to dst (the first one is the untyped startup
-// message), failing LISTEN queries when rejectListen is set.
-func copyClient(dst io.Writer, src io.Reader, rejectListen bool) {
+// message), failing LISTEN queries while rejectListen is set.
+func copyClient(dst io.Writer, src io.Reader, rejectListen *atomic.Bool) {
 	for typed := false; ; typed = true {
 		typ, body, err := readMsg(src, typed)
 		if err != nil {
 			return
 		}
-		if rejectListen && typ == 'Q' && strings.HasPrefix(strings.ToUpper(string(body)), "LISTEN") {
+		if rejectListen.Load() && typ == 'Q' && strings.HasPrefix(strings.ToUpper(string(body)), "LISTEN") {
 			body = []byte("SELECT 1/0\x00")
 		}
 		if writeMsg(dst, typ, typed, body) != nil {

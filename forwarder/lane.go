@@ -39,7 +39,7 @@ type laneWorker struct {
 	// wakeQuietMax).
 	emptyWakes int
 	quietUntil time.Time
-	errDelay  time.Duration   // the next pause after a failed statement
+	errDelay   time.Duration // the next pause after a failed statement
 	// The scout's flag gates only idle polls: after a wake-up or a read that found rows
 	// the worker reads again whatever the flag says (the scout may not have seen a
 	// lane's new rows yet); after a woken read that found nothing, once more (a lagging

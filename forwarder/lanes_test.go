@@ -183,7 +183,7 @@ func TestStopLaneOnPoison(t *testing.T) {
 			t.Fatalf("sent %d messages while the lane is stopped", len(got))
 		}
 		rec.setFail(nil)
-		if n, err := tb.store.Requeue(context.Background(), outbox.ParkedFilter{All: true}, time.Now()); err != nil || n != 1 {
+		if n, err := tb.store.Requeue(context.Background(), outbox.ParkedFilter{All: true}); err != nil || n != 1 {
 			t.Fatalf("requeue: %d %v", n, err)
 		}
 		waitFor(t, 20*time.Second, "lane resumed", func() bool { return len(rec.got()) == 3 })

@@ -44,13 +44,13 @@ const lockHoldMax = time.Second
 // one batch while the router sends another. Each batch is settled by a goroutine of its
 // own and finished in its own transaction once all its rows are acked or nacked.
 type lockClaimer struct {
-	f        *Forwarder
-	cfg      *Config
-	bl       outbox.BatchLocker
-	wake     <-chan struct{}
-	limit    int           // rows per batch
-	window   int           // rows in flight at most (Config.InFlight)
-	slots    chan struct{} // one per open batch
+	f      *Forwarder
+	cfg    *Config
+	bl     outbox.BatchLocker
+	wake   <-chan struct{}
+	limit  int           // rows per batch
+	window int           // rows in flight at most (Config.InFlight)
+	slots  chan struct{} // one per open batch
 	// handed counts the rows handed over to a claim and still in flight (slow or hung
 	// messages): each holds one place of the window, never its batch's slot.
 	handed   atomic.Int64

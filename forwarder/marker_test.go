@@ -78,7 +78,7 @@ func TestForwardedMarkStaysInsideTheForwarder(t *testing.T) {
 		inboxTable := tb.d.qualify(tb.opts, tb.opts.InboxTable())
 		var entries, dups int64
 		waitFor(t, 20*time.Second, "the redelivery skipped as a duplicate", func() bool {
-			err := tb.db.QueryRow("SELECT COUNT(*), COALESCE(SUM(duplicates), 0) FROM " + inboxTable).Scan(&entries, &dups)
+			err := tb.db.QueryRow("SELECT COUNT(*), COALESCE(SUM(duplicates), 0) FROM "+inboxTable).Scan(&entries, &dups)
 			return err == nil && dups == 1
 		})
 		if calls.Load() != 5 || withTx.Load() != 5 || entries != 5 {

@@ -119,6 +119,9 @@
 // so it stands exactly when that transaction commits (a crash before the commit counts
 // nothing, and the redelivery that follows is counted instead), and an entry pruned by
 // retention takes its count with it. outbox.Inbox.InboxStats returns per consumer the
-// entries, their oldest age and the duplicates they skipped; the Cleaner reports them
-// to Metrics after each round, and the outboxctl stats command prints them.
+// entries, their oldest age and the duplicates they skipped, with bounded reads (at most
+// outbox.InboxStatsMaxConsumers consumers, outbox.InboxStatsMaxEntries entries of
+// each: a larger consumer is Capped and its figures are lower bounds, the table's size
+// the engine's estimate); the Cleaner reports them to Metrics after each round, and the
+// outboxctl stats command prints them.
 package inbox

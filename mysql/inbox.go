@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/beginfirst"
+	"github.com/relayer-go/watermill-outbox/internal/inboxstats"
 )
 
 var _ outbox.Inbox = (*Store)(nil)
@@ -105,32 +105,56 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	return int(n), wrapErr("prune inbox", err)
 }
 
-// InboxStats returns the entries and oldest instant per consumer.
+// InboxStats returns the inbox table's figures per consumer with bounded reads
+// (internal/inboxstats).
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
-	rows, err := queryB(ctx, s.db, s.q.inboxStats)
+	st, err := inboxstats.Read(ctx, inboxReader{s})
 	if err != nil {
 		return outbox.InboxStats{}, wrapErr("inbox stats", s.schemaErr(inboxSchemaHint(err, s.q.inbox)))
 	}
-	defer rows.Close()
-	var st outbox.InboxStats
-	var oldest sql.RawBytes
-	for rows.Next() {
-		var c outbox.InboxConsumerStats
-		var consumer []byte
-		if err := rows.Scan(&consumer, &c.Entries, &oldest, &c.Duplicates); err != nil {
-			return outbox.InboxStats{}, wrapErr("inbox stats", err)
-		}
-		c.Consumer = string(consumer)
-		if c.Oldest, err = parseTime(oldest); err != nil {
-			return outbox.InboxStats{}, wrapErr("inbox stats", err)
-		}
-		st.Consumers = append(st.Consumers, c)
-	}
-	if err := rows.Err(); err != nil {
-		return outbox.InboxStats{}, wrapErr("inbox stats", err)
-	}
-	slices.SortFunc(st.Consumers, func(a, b outbox.InboxConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return st, nil
+}
+
+// inboxReader is the store's inboxstats.Reader.
+type inboxReader struct{ s *Store }
+
+func (r inboxReader) NextConsumer(ctx context.Context, after string) (string, bool, error) {
+	var consumer []byte
+	var dups int64
+	err := queryRowB(ctx, r.s.db, r.s.q.inboxNextConsumer, []byte(after)).Scan(&consumer, &dups)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return string(consumer), err == nil, err
+}
+
+func (r inboxReader) Consumer(ctx context.Context, consumer string, limit int) (int64, time.Time, int64, error) {
+	var n, dups int64
+	var oldest []byte // Row.Scan takes no sql.RawBytes
+	row := queryRowB(ctx, r.s.db, r.s.q.inboxConsumer, []byte(consumer), int64(limit))
+	if err := row.Scan(&n, &oldest, &dups); err != nil {
+		return 0, time.Time{}, 0, err
+	}
+	t, err := parseNullTime(oldest)
+	return n, t, dups, err
+}
+
+func (r inboxReader) Oldest(ctx context.Context) (time.Time, error) {
+	var oldest []byte
+	if err := queryRowB(ctx, r.s.db, r.s.q.inboxOldest).Scan(&oldest); err != nil {
+		return time.Time{}, err
+	}
+	return parseNullTime(oldest)
+}
+
+func (r inboxReader) Estimate(ctx context.Context) (int64, error) {
+	var schema any
+	if r.s.opts.Schema != "" {
+		schema = r.s.opts.Schema
+	}
+	var n int64
+	err := r.s.db.QueryRowContext(ctx, r.s.q.inboxEstimate, schema, r.s.opts.InboxTable()).Scan(&n)
+	return n, err
 }
 
 // AcquireInboxLease takes or extends the retention lease; the lease row is locked in a

@@ -66,9 +66,13 @@ func TestMigrateFromIDKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The other tables; the rows table exists, and CreateSchema says it is outdated.
-	if err := s.CreateSchema(ctx); !errors.Is(err, outbox.ErrSchemaOutdated) {
-		t.Fatalf("CreateSchema over the table keyed by id: %v; want ErrSchemaOutdated", err)
+	// CreateSchema makes the other tables (the rows table exists) and reports the rows
+	// table as outdated rather than success (outboxctl schema apply said "applied").
+	if err := s.CreateSchema(ctx); !errors.Is(err, outbox.ErrSchemaOutdated) || !strings.Contains(err.Error(), "docs/operations.md") {
+		t.Fatalf("CreateSchema over a table keyed by id = %v; want an error wrapping outbox.ErrSchemaOutdated naming the migration", err)
+	}
+	if _, err := s.Leases(ctx); err != nil {
+		t.Fatalf("the lanes table after CreateSchema: %v", err)
 	}
 	// Rows as the earlier version wrote them: unordered (lane NULL) and lane 3, each
 	// pending and parked.
@@ -135,10 +139,11 @@ func TestMigrateFromIDKey(t *testing.T) {
 	if err != nil || len(parked) != 2 || parked[0].Lane != outbox.Unordered || parked[1].Lane != 3 {
 		t.Fatalf("parked rows after the migration: %+v, %v; want the unordered one and lane 3's", parked, err)
 	}
-	if n, err := s.Requeue(ctx, outbox.ParkedFilter{All: true}, later); err != nil || n != 2 {
+	if n, err := s.Requeue(ctx, outbox.ParkedFilter{All: true}); err != nil || n != 2 {
 		t.Fatalf("Requeue = %d, %v; want 2", n, err)
 	}
-	if l3, err = s.Head(ctx, outbox.HeadQuery{Lane: 3, Limit: 10, Now: later}, nil); err != nil || len(l3) != 2 {
+	// Requeued rows are due at the server's now.
+	if l3, err = s.Head(ctx, outbox.HeadQuery{Lane: 3, Limit: 10, Now: time.Now().Add(time.Hour)}, nil); err != nil || len(l3) != 2 {
 		t.Fatalf("lane 3 after the requeue: %v, %v; want both rows", ids(l3), err)
 	}
 }
@@ -214,7 +219,7 @@ func TestMigrateToSeq(t *testing.T) {
 		t.Fatalf("CreateSchema after the migration: %v", err)
 	}
 	later := t0.Add(time.Hour)
-	if n, err := s.Requeue(ctx, outbox.ParkedFilter{All: true}, later); err != nil || n != 1 {
+	if n, err := s.Requeue(ctx, outbox.ParkedFilter{All: true}); err != nil || n != 1 {
 		t.Fatalf("Requeue = %d, %v; want 1", n, err)
 	}
 	late := record("k", 8, []byte("late"))

@@ -44,8 +44,8 @@ type queries struct {
 
 	park, fail, requeue, purge string
 
-	insert                    [inscols.All + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
-	listParked, listParkedKey string
+	insert                                       [inscols.All + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
+	listParked, listParkedKey, listParkedNullKey string
 
 	leaseAcquire, leaseHeld, leaseRenew string
 	leaseRelease, leases                string
@@ -53,7 +53,8 @@ type queries struct {
 	heartbeat, members, leave string
 
 	inbox                                                              string // quoted, qualified
-	inboxRecord, inboxPrune, inboxStats                                string
+	inboxRecord, inboxPrune                                            string
+	inboxNextConsumer, inboxConsumer, inboxOldest, inboxEstimate       string
 	inboxLeaseLock, inboxLeaseInsert, inboxLeaseSet, inboxLeaseRelease string
 }
 
@@ -166,14 +167,15 @@ func newQueries(n names, lanes int) *queries {
 	q.lockedDelete = fmt.Sprintf(`DELETE o FROM %s AS o FORCE INDEX (PRIMARY) WHERE lane = -1 AND seq = -1 AND id IN (`, n.outbox)
 	q.lockedFail = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET attempts = attempts + 1, last_error = ?, `+
 		`deliver_at = COALESCE(CAST(? AS DATETIME(6)), deliver_at), `+parkIf+`WHERE lane = -1 AND seq = -1 AND id = ?`, n.outbox)
-	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', lane = -3 - lane, deliver_at = ?, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE lane < -1 AND status = 'parked'`, n.outbox)
+	q.requeue = fmt.Sprintf(`UPDATE %s SET status = 'pending', lane = -3 - lane, deliver_at = `+dbNow+`, attempts = 0, claim_token = NULL, claim_expires_at = NULL WHERE lane < -1 AND status = 'parked'`, n.outbox)
 	q.purge = fmt.Sprintf(`DELETE FROM %s WHERE lane < -1 AND status = 'parked'`, n.outbox)
 	for cols := range q.insert {
 		q.insert[cols] = insertHead(n.outbox, cols)
 	}
 
-	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
-	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, recordColumns, n.outbox)
+	q.listParked = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? ORDER BY id LIMIT ?`, parkedColumns, n.outbox)
+	q.listParkedKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key = ? ORDER BY id LIMIT ?`, parkedColumns, n.outbox)
+	q.listParkedNullKey = fmt.Sprintf(`SELECT %s FROM %s WHERE lane < -1 AND status = 'parked' AND id > ? AND ordering_key IS NULL ORDER BY id LIMIT ?`, parkedColumns, n.outbox)
 
 	// One autocommit upsert, so that no lock on the lease row outlives the statement (a
 	// transaction driven by a client that is paused would hold it and block every
@@ -201,7 +203,15 @@ func newQueries(n names, lanes int) *queries {
 	q.inboxRecord = fmt.Sprintf(`INSERT INTO %s (consumer, message_uuid, processed_at) VALUES (?, ?, ?) `+
 		`ON DUPLICATE KEY UPDATE duplicates = duplicates + 1`, n.inbox)
 	q.inboxPrune = fmt.Sprintf(`DELETE FROM %s WHERE processed_at < ? ORDER BY processed_at LIMIT ?`, n.inbox)
-	q.inboxStats = fmt.Sprintf(`SELECT consumer, COUNT(*), CAST(MIN(processed_at) AS CHAR), CAST(SUM(duplicates) AS SIGNED) FROM %s GROUP BY consumer`, n.inbox)
+	// InboxStats' bounded reads (internal/inboxstats): the next consumer is one dive
+	// into the primary key (naming duplicates, so that an outdated table says so even
+	// when empty); a consumer's figures read at most ? entries of its key range; the
+	// oldest entry is one dive into ix_processed_at; the estimate is the engine's statistics.
+	q.inboxNextConsumer = fmt.Sprintf(`SELECT consumer, duplicates FROM %s WHERE consumer > ? ORDER BY consumer LIMIT 1`, n.inbox)
+	q.inboxConsumer = fmt.Sprintf(`SELECT COUNT(*), CAST(MIN(processed_at) AS CHAR), CAST(COALESCE(SUM(duplicates), 0) AS SIGNED) `+
+		`FROM (SELECT processed_at, duplicates FROM %s WHERE consumer = ? ORDER BY message_uuid LIMIT ?) AS t`, n.inbox)
+	q.inboxOldest = fmt.Sprintf(`SELECT CAST(MIN(processed_at) AS CHAR) FROM %s`, n.inbox)
+	q.inboxEstimate = `SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`
 	q.inboxLeaseLock = fmt.Sprintf(`SELECT token = ?, expires_at > ? FROM %s WHERE name = 'retention' FOR UPDATE`, n.inboxLease)
 	q.inboxLeaseInsert = fmt.Sprintf(`INSERT INTO %s (name, owner, token, expires_at) VALUES ('retention', ?, ?, ?)`, n.inboxLease)
 	q.inboxLeaseSet = fmt.Sprintf(`UPDATE %s SET owner = ?, token = ?, expires_at = GREATEST(expires_at, CAST(? AS DATETIME(6))) WHERE name = 'retention'`, n.inboxLease)

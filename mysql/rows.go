@@ -3,6 +3,7 @@ package mysql
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -40,13 +41,18 @@ const (
 	colClaimExpiresAt
 	colSeq
 	numRecordColumns
+	colBodySize = numRecordColumns // parkedColumns' extra column
 )
+
+// parkedColumns is the select list of ListParked: recordColumns with the payload cut to
+// its first ? bytes (the first parameter), then its whole length.
+var parkedColumns = strings.Replace(recordColumns, "headers, body,", "headers, SUBSTRING(body, 1, ?),", 1) + ", LENGTH(body)"
 
 // rowScanner scans whole rows into sql.RawBytes (no per-column allocation by the driver
 // or database/sql) and decodes them into reused records.
 type rowScanner struct {
-	raw  [numRecordColumns]sql.RawBytes
-	dest [numRecordColumns]any
+	raw  [numRecordColumns + 1]sql.RawBytes // and colBodySize
+	dest [numRecordColumns + 1]any
 	// the previous row's destination
 	destination string
 }
@@ -73,12 +79,30 @@ func next(dst []outbox.Record) ([]outbox.Record, *outbox.Record) {
 	return dst, &dst[len(dst)-1]
 }
 
-// scan reads the current row of rows into r. A row whose headers do not decode gets
-// r.Corrupt; only a database or conversion failure is an error.
-func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
+// scanSized reads the current row of parkedColumns into r, BodySize included.
+func (s *rowScanner) scanSized(rows *sql.Rows, r *outbox.Record) error {
 	if err := rows.Scan(s.dest[:]...); err != nil {
 		return err
 	}
+	if err := s.decode(r); err != nil {
+		return err
+	}
+	size, err := parseInt(s.raw[colBodySize])
+	r.BodySize = int(size)
+	return err
+}
+
+// scan reads the current row of rows into r. A row whose headers do not decode gets
+// r.Corrupt; only a database or conversion failure is an error.
+func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
+	if err := rows.Scan(s.dest[:numRecordColumns]...); err != nil {
+		return err
+	}
+	return s.decode(r)
+}
+
+// decode fills r from the scanned record columns.
+func (s *rowScanner) decode(r *outbox.Record) error {
 	raw := &s.raw
 	if len(raw[colID]) != len(r.ID) {
 		return fmt.Errorf("mysql: id of %d bytes (want %d)", len(raw[colID]), len(r.ID))
@@ -110,6 +134,7 @@ func (s *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	r.Destination = s.destination
 	setString(&r.MessageType, raw[colMessageType])
 	sqlrows.CopyBytes(r, raw[colHeaders], raw[colBody])
+	r.BodySize = 0
 	setString(&r.TenantID, raw[colTenantID])
 	var err error
 	if r.CreatedAt, err = parseTime(raw[colCreatedAt]); err != nil {

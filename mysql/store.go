@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sort"
@@ -829,16 +830,32 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	}
 	var rows *sql.Rows
 	var err error
-	if q.OrderingKey == nil {
-		rows, err = queryB(ctx, s.db, s.q.listParked, q.After[:], int64(q.Limit))
-	} else {
-		rows, err = queryB(ctx, s.db, s.q.listParkedKey, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
+	maxBody := int64(math.MaxUint32) // LONGBLOB's bound: the whole payload
+	if q.MaxBody > 0 {
+		maxBody = int64(q.MaxBody)
+	}
+	switch {
+	case q.OrderingKey == nil:
+		rows, err = queryB(ctx, s.db, s.q.listParked, maxBody, q.After[:], int64(q.Limit))
+	case *q.OrderingKey == "": // stored as NULL, as parkedWhere selects it
+		rows, err = queryB(ctx, s.db, s.q.listParkedNullKey, maxBody, q.After[:], int64(q.Limit))
+	default:
+		rows, err = queryB(ctx, s.db, s.q.listParkedKey, maxBody, q.After[:], keyArg(*q.OrderingKey), int64(q.Limit))
 	}
 	if err != nil {
 		return nil, wrapErr("list parked", err)
 	}
-	out, err := scanRecords(rows, make([]outbox.Record, 0, min(q.Limit, 256)), q.Limit)
-	if err != nil {
+	defer rows.Close()
+	sc := getScanner()
+	defer putScanner(sc)
+	out := make([]outbox.Record, 0, min(q.Limit, 256))
+	for len(out) < q.Limit && rows.Next() {
+		out = append(out, outbox.Record{})
+		if err := sc.scanSized(rows, &out[len(out)-1]); err != nil {
+			return nil, wrapErr("list parked", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, wrapErr("list parked", err)
 	}
 	return out, nil
@@ -873,17 +890,13 @@ func parkedWhere(b []byte, f outbox.ParkedFilter) ([]byte, []any, error) {
 	}
 }
 
-// Requeue moves the selected parked rows back to pending, due at now, attempts 0.
-func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
-	nowArg, err := timeArg(now)
-	if err != nil {
-		return 0, fmt.Errorf("mysql: requeue: now: %w", err)
-	}
+// Requeue moves the selected parked rows back to pending, due at the server's now,
+// attempts 0.
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	b, args, err := parkedWhere([]byte(s.q.requeue), f)
 	if err != nil {
 		return 0, err
 	}
-	args = append([]any{nowArg}, args...)
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("requeue", err)

@@ -54,7 +54,7 @@ func testInvalidArguments(t *testing.T, h Harness) {
 			return err
 		}()},
 		{"ListParked Limit 0", "Limit", func() error { _, err := s.ListParked(ctx, outbox.ParkedQuery{}); return err }()},
-		{"Requeue without selector", "exactly one", func() error { _, err := s.Requeue(ctx, outbox.ParkedFilter{}, now); return err }()},
+		{"Requeue without selector", "exactly one", func() error { _, err := s.Requeue(ctx, outbox.ParkedFilter{}); return err }()},
 		{"Purge with two selectors", "exactly one", func() error {
 			_, err := s.Purge(ctx, outbox.ParkedFilter{All: true, OrderingKey: &k})
 			return err
@@ -115,7 +115,7 @@ func testInvalidArguments(t *testing.T, h Harness) {
 func testEmptyIDList(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	s := e.parkedSet()
-	if n, err := e.store.Requeue(e.ctx, outbox.ParkedFilter{IDs: []outbox.ID{}}, at(0)); err != nil || n != 0 {
+	if n, err := e.store.Requeue(e.ctx, outbox.ParkedFilter{IDs: []outbox.ID{}}); err != nil || n != 0 {
 		t.Errorf("Requeue(empty IDs) = %d, %v; want 0, nil", n, err)
 	}
 	if n, err := e.store.Purge(e.ctx, outbox.ParkedFilter{IDs: []outbox.ID{}}); err != nil || n != 0 {

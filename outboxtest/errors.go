@@ -87,7 +87,7 @@ func storeOps(id outbox.ID) []storeOp {
 			return err
 		}},
 		{"Requeue", func(ctx context.Context, s outbox.Store) error {
-			_, err := s.Requeue(ctx, outbox.ParkedFilter{OrderingKey: &key}, now)
+			_, err := s.Requeue(ctx, outbox.ParkedFilter{OrderingKey: &key})
 			return err
 		}},
 		{"Purge", func(ctx context.Context, s outbox.Store) error {

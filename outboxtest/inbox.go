@@ -3,6 +3,7 @@ package outboxtest
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func inboxTests() []subtest {
 		{"InvalidKeys", testInboxInvalidKeys},
 		{"Prune", testInboxPrune},
 		{"Stats", testInboxStats},
+		{"StatsBounded", testInboxStatsBounded},
 		{"Lease", testInboxLease},
 	}, inboxBeginTests()...)
 }
@@ -393,5 +395,54 @@ func testInboxLease(t *testing.T, h Harness) {
 	acquire(a, at(21*time.Second), at(31*time.Second), true) // free at once
 	if _, err := in.AcquireInboxLease(e.ctx, outbox.InboxLeaseParams{Token: outbox.Token{}, Now: at(0), Until: at(time.Second)}); err == nil {
 		t.Fatal("AcquireInboxLease with a zero token: no error")
+	}
+}
+
+// InboxStats reads a bounded part of a large inbox: a consumer with more than
+// InboxStatsMaxEntries entries is Capped (a lower bound, no per-consumer oldest), at
+// most InboxStatsMaxConsumers consumers are listed, the table's oldest entry is exact,
+// and Entries is a lower bound.
+func testInboxStatsBounded(t *testing.T, h Harness) {
+	e, in := newInboxEnv(t, h)
+	tx := e.begin()
+	record := func(consumer, uuid string, at time.Time) {
+		if _, err := in.RecordInbox(e.ctx, tx, consumer, uuid, at); err != nil {
+			_ = tx.Rollback()
+			t.Fatalf("RecordInbox: %v", err)
+		}
+	}
+	for i := range outbox.InboxStatsMaxEntries + 2 {
+		record("big", fmt.Sprintf("m%05d", i), at(time.Duration(i+10)*time.Second))
+	}
+	for i := range outbox.InboxStatsMaxConsumers {
+		record(fmt.Sprintf("c%03d", i), "m", at(time.Second))
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := in.InboxStats(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Consumers) != outbox.InboxStatsMaxConsumers || !st.MoreConsumers || !st.Partial() {
+		t.Fatalf("%d consumers, MoreConsumers %v; want %d listed and more", len(st.Consumers), st.MoreConsumers, outbox.InboxStatsMaxConsumers)
+	}
+	if !st.Oldest.Equal(at(time.Second)) {
+		t.Errorf("Oldest = %s, want %s", fmtTime(st.Oldest), fmtTime(at(time.Second)))
+	}
+	var big *outbox.InboxConsumerStats
+	for i := range st.Consumers {
+		c := &st.Consumers[i]
+		if c.Consumer == "big" {
+			big = c
+		} else if c.Capped || c.Entries != 1 || !c.Oldest.Equal(at(time.Second)) {
+			t.Errorf("consumer %q: %+v; want 1 entry, exact", c.Consumer, *c)
+		}
+	}
+	if big == nil || !big.Capped || big.Entries != outbox.InboxStatsMaxEntries+1 || !big.Oldest.IsZero() {
+		t.Fatalf("the large consumer: %+v; want Capped with %d entries and no oldest", big, outbox.InboxStatsMaxEntries+1)
+	}
+	if n := st.Entries(); n < outbox.InboxStatsMaxEntries+outbox.InboxStatsMaxConsumers {
+		t.Errorf("Entries() = %d, want at least the entries counted", n)
 	}
 }

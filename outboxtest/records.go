@@ -104,6 +104,9 @@ func diffRecord(got, want outbox.Record) []string {
 	if !bytes.Equal(got.Headers, want.Headers) {
 		add("Headers", short(got.Headers), short(want.Headers))
 	}
+	if got.BodySize != want.BodySize {
+		add("BodySize", got.BodySize, want.BodySize)
+	}
 	if !bytes.Equal(got.Body, want.Body) {
 		add("Body", short(got.Body), short(want.Body))
 	}

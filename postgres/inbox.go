@@ -12,6 +12,7 @@ import (
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/internal/beginfirst"
+	"github.com/relayer-go/watermill-outbox/internal/inboxstats"
 )
 
 var _ outbox.Inbox = (*Store)(nil)
@@ -70,23 +71,46 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	return s.execCount(ctx, "prune inbox", s.q.inboxPrune, before, limit)
 }
 
-// InboxStats returns the entries and oldest instant per consumer.
+// InboxStats returns the inbox table's figures per consumer with bounded reads
+// (internal/inboxstats).
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.inboxStats)
+	st, err := inboxstats.Read(ctx, inboxReader{s})
 	if err != nil {
 		return outbox.InboxStats{}, wrap("inbox stats", s.schemaErr(inboxSchemaHint(err, s.q.n.inbox)))
 	}
-	defer rows.Close()
-	var st outbox.InboxStats
-	for rows.Next() {
-		var c outbox.InboxConsumerStats
-		if err := rows.Scan(&c.Consumer, &c.Entries, &c.Oldest, &c.Duplicates); err != nil {
-			return outbox.InboxStats{}, wrap("inbox stats", err)
-		}
-		c.Oldest = c.Oldest.UTC()
-		st.Consumers = append(st.Consumers, c)
+	return st, nil
+}
+
+// inboxReader is the store's inboxstats.Reader.
+type inboxReader struct{ s *Store }
+
+func (r inboxReader) NextConsumer(ctx context.Context, after string) (string, bool, error) {
+	var consumer string
+	var dups int64
+	err := r.s.db.QueryRowContext(ctx, r.s.q.inboxNextConsumer, after).Scan(&consumer, &dups)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
 	}
-	return st, wrap("inbox stats", rows.Err())
+	return consumer, err == nil, err
+}
+
+func (r inboxReader) Consumer(ctx context.Context, consumer string, limit int) (int64, time.Time, int64, error) {
+	var n, dups int64
+	var oldest sql.NullTime
+	err := r.s.db.QueryRowContext(ctx, r.s.q.inboxConsumer, consumer, limit).Scan(&n, &oldest, &dups)
+	return n, oldest.Time, dups, err
+}
+
+func (r inboxReader) Oldest(ctx context.Context) (time.Time, error) {
+	var oldest sql.NullTime
+	err := r.s.db.QueryRowContext(ctx, r.s.q.inboxOldest).Scan(&oldest)
+	return oldest.Time, err
+}
+
+func (r inboxReader) Estimate(ctx context.Context) (int64, error) {
+	var n int64
+	err := r.s.db.QueryRowContext(ctx, r.s.q.inboxEstimate, r.s.q.n.inbox).Scan(&n)
+	return n, err
 }
 
 // AcquireInboxLease takes or extends the retention lease in one statement.

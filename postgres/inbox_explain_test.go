@@ -19,7 +19,7 @@ import (
 // OUTBOX_TEST_FULL=1) the record INSERT arbitrates on the primary key, and a new entry
 // and a duplicate each touch a handful of buffers (EXPLAIN ANALYZE, BUFFERS), not a
 // number growing with the table; retention's DELETE walks the age index (custom and
-// generic plans) without a sequential scan.
+// generic plans) without a sequential scan, and so do InboxStats' bounded reads.
 var inboxT0 = time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 
 func TestExplainInbox(t *testing.T) {
@@ -84,6 +84,25 @@ func TestExplainInbox(t *testing.T) {
 		}
 		if hit+read > 30 {
 			t.Errorf("record %s touched %v buffers over %d entries", c.name, hit+read, total)
+		}
+	}
+	// InboxStats' reads: the consumer walk and a consumer's figures use the primary key,
+	// the oldest entry the age index; none scans the table.
+	pkey, age := opts.TablePrefix+suffixInbox+"_pkey", opts.TablePrefix+suffixInboxAge
+	for _, q := range []struct {
+		name, query, index string
+		args           []any
+	}{
+		{"next consumer", s.q.inboxNextConsumer, pkey, []any{"'consumer-3'"}},
+		{"consumer figures", s.q.inboxConsumer, pkey, []any{"'consumer-3'", outbox.InboxStatsMaxEntries + 1}},
+		{"oldest entry", s.q.inboxOldest, age, nil},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explain(t, ctx, db, mode, q.query, q.args)
+			t.Logf("InboxStats %s (%s):\n%s", q.name, mode, plan.text)
+			if plan.seqScans[opts.InboxTable()] || !plan.indexes[q.index] {
+				t.Errorf("InboxStats %s (%s) does not walk %s", q.name, mode, q.index)
+			}
 		}
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {

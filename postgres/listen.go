@@ -75,7 +75,9 @@ func (c ListenerConfig) Validate() error {
 // pooler such as PgBouncer hands the LISTEN to a server connection that is not ours a
 // moment later), Listen returns an error wrapping outbox.ErrWakeUnavailable that says
 // why; the forwarder logs it and finds other processes' commits by polling, as without
-// a Listener.
+// a Listener. That holds for the first connection only: once a connection has listened,
+// a refused LISTEN or a missing probe (a failover's recovery, a slow probe) is retried
+// with backoff like a lost connection, the forwarder polling meanwhile.
 type Listener struct {
 	conn    *pgx.ConnConfig
 	opts    outbox.Options
@@ -116,25 +118,28 @@ func (l *Listener) Channel() string { return l.channel }
 
 // Listen implements outbox.WakeSource: it listens until ctx ends (then it returns nil),
 // reconnecting after failures, or until wake-ups prove impossible (an error wrapping
-// outbox.ErrWakeUnavailable).
+// outbox.ErrWakeUnavailable). Only the first connection can prove that: once one has
+// listened, LISTEN refused or a probe that does not arrive (a failover's recovery, one
+// slow probe) is a transient failure like a lost connection, retried with backoff.
 func (l *Listener) Listen(ctx context.Context, n outbox.Notifier) error {
 	backoff := l.cfg.ReconnectMin
+	worked := false    // a connection has listened: every later failure is transient
 	reconnect := false // wake everything once a lost connection is back
-	lost := false      // a loss was logged: log the recovery
+	logged := ""       // the failure of the current outage last logged
 	for {
 		listened, err := l.session(ctx, n, reconnect)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, outbox.ErrWakeUnavailable) {
+		if listened {
+			backoff, reconnect, worked, logged = l.cfg.ReconnectMin, true, true, ""
+		}
+		if errors.Is(err, outbox.ErrWakeUnavailable) && !worked {
 			return err // the forwarder logs it once, and polls
 		}
-		if listened {
-			backoff, reconnect = l.cfg.ReconnectMin, true
-		}
-		if !lost || listened {
+		if err != nil && err.Error() != logged { // once per outage and cause, not per attempt
 			l.logger.Error("Listening connection failed; reconnecting with backoff (the forwarder polls meanwhile)", err, nil)
-			lost = true
+			logged = err.Error()
 		}
 		if !sleepCtx(ctx, backoff) {
 			return nil

@@ -92,8 +92,9 @@ type queries struct {
 	acquireLease, renewLease, releaseLease, leases string
 	heartbeat, members, leave                      string
 
-	inboxRecord, inboxPrune, inboxStats string
-	inboxAcquire, inboxRelease          string
+	inboxRecord, inboxPrune                                      string
+	inboxNextConsumer, inboxConsumer, inboxOldest, inboxEstimate string
+	inboxAcquire, inboxRelease                                   string
 }
 
 const (
@@ -199,14 +200,18 @@ func newQueries(n names, lanes int) *queries {
 	q.maxLane = `SELECT GREATEST((SELECT max(lane) FROM ` + t + ` WHERE status = 'pending' AND lane IS NOT NULL), ` +
 		`(SELECT max(lane) FROM ` + t + ` WHERE status = 'parked'))`
 
-	list := `SELECT ` + selectColumns + ` FROM ` + t + ` WHERE status = 'parked' AND id > $1`
-	q.parked[keyAny] = list + ` ORDER BY id LIMIT $2`
-	q.parked[keyOne] = list + ` AND ordering_key = $3 ORDER BY id LIMIT $2`
-	q.parked[keyNull] = list + ` AND ordering_key IS NULL ORDER BY id LIMIT $2`
+	// The listing reads the payload's first $n bytes (the last parameter) and its length.
+	list := func(n string) string {
+		return `SELECT ` + strings.Replace(selectColumns, "headers, body,", "headers, substring(body from 1 for "+n+"),", 1) +
+			`, octet_length(body) FROM ` + t + ` WHERE status = 'parked' AND id > $1`
+	}
+	q.parked[keyAny] = list("$3") + ` ORDER BY id LIMIT $2`
+	q.parked[keyOne] = list("$4") + ` AND ordering_key = $3 ORDER BY id LIMIT $2`
+	q.parked[keyNull] = list("$3") + ` AND ordering_key IS NULL ORDER BY id LIMIT $2`
 
-	requeue := `UPDATE ` + t + ` SET status = 'pending', deliver_at = $1, attempts = 0 WHERE status = 'parked'`
-	q.requeue[keyAny] = requeue + ` AND id = ANY($2::bytea[])`
-	q.requeue[keyOne] = requeue + ` AND ordering_key = $2`
+	requeue := `UPDATE ` + t + ` SET status = 'pending', deliver_at = ` + dbNow + `, attempts = 0 WHERE status = 'parked'`
+	q.requeue[keyAny] = requeue + ` AND id = ANY($1::bytea[])`
+	q.requeue[keyOne] = requeue + ` AND ordering_key = $1`
 	q.requeue[keyNull] = requeue + ` AND ordering_key IS NULL`
 	q.requeueA = requeue
 	purge := `DELETE FROM ` + t + ` WHERE status = 'parked'`
@@ -248,7 +253,15 @@ func newQueries(n names, lanes int) *queries {
 	// visible to it and waits for the next batch.
 	q.inboxPrune = `DELETE FROM ` + n.inbox + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + n.inbox +
 		` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
-	q.inboxStats = `SELECT consumer, count(*), min(processed_at), sum(duplicates)::bigint FROM ` + n.inbox + ` GROUP BY consumer ORDER BY consumer`
+	// InboxStats' bounded reads (internal/inboxstats): the next consumer is one dive
+	// into the primary key (naming duplicates, so that an outdated table says so even
+	// when empty); a consumer's figures read at most $2 entries of its key range; the
+	// oldest entry is one dive into the age index; the estimate is the planner's.
+	q.inboxNextConsumer = `SELECT consumer, duplicates FROM ` + n.inbox + ` WHERE consumer > $1 ORDER BY consumer LIMIT 1`
+	q.inboxConsumer = `SELECT count(*), min(processed_at), coalesce(sum(duplicates), 0)::bigint ` +
+		`FROM (SELECT processed_at, duplicates FROM ` + n.inbox + ` WHERE consumer = $1 ORDER BY message_uuid LIMIT $2) AS t`
+	q.inboxOldest = `SELECT min(processed_at) FROM ` + n.inbox
+	q.inboxEstimate = `SELECT coalesce(max(greatest(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1)`
 	// $1 owner, $2 token, $3 now, $4 until.
 	q.inboxAcquire = `INSERT INTO ` + n.inboxLease + ` AS l (name, owner, token, expires_at) VALUES ('retention', $1, $2, $4) ` +
 		`ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, ` +

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -457,13 +458,17 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	}
 	var rows *sql.Rows
 	var err error
+	maxBody := math.MaxInt32 // bytea's bound: the whole payload
+	if q.MaxBody > 0 {
+		maxBody = q.MaxBody
+	}
 	switch {
 	case q.OrderingKey == nil:
-		rows, err = s.db.QueryContext(ctx, s.q.parked[keyAny], q.After[:], q.Limit)
+		rows, err = s.db.QueryContext(ctx, s.q.parked[keyAny], q.After[:], q.Limit, maxBody)
 	case *q.OrderingKey == "":
-		rows, err = s.db.QueryContext(ctx, s.q.parked[keyNull], q.After[:], q.Limit)
+		rows, err = s.db.QueryContext(ctx, s.q.parked[keyNull], q.After[:], q.Limit, maxBody)
 	default:
-		rows, err = s.db.QueryContext(ctx, s.q.parked[keyOne], q.After[:], q.Limit, *q.OrderingKey)
+		rows, err = s.db.QueryContext(ctx, s.q.parked[keyOne], q.After[:], q.Limit, *q.OrderingKey, maxBody)
 	}
 	if err != nil {
 		return nil, wrap("list parked", err)
@@ -473,10 +478,13 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	var out []outbox.Record
 	for rows.Next() {
 		out = append(out, outbox.Record{})
-		if err := sc.scan(rows, &out[len(out)-1]); err != nil {
+		r := &out[len(out)-1]
+		var size int64
+		if err := sc.scanCounted(rows, r, &size); err != nil {
 			rows.Close()
 			return nil, wrap("list parked", err)
 		}
+		r.BodySize = int(size)
 	}
 	if err := sqlrows.Close(rows); err != nil {
 		return nil, wrap("list parked", err)
@@ -502,17 +510,17 @@ func parkedFilter(op string, f outbox.ParkedFilter) (variant int, arg any, all b
 }
 
 // Requeue moves the selected parked rows back to pending, due at now, attempts reset.
-func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	v, arg, all, err := parkedFilter("requeue", f)
 	switch {
 	case err != nil:
 		return 0, err
 	case all:
-		return s.execCount(ctx, "requeue", s.q.requeueA, now)
+		return s.execCount(ctx, "requeue", s.q.requeueA)
 	case v == keyNull:
-		return s.execCount(ctx, "requeue", s.q.requeue[v], now)
+		return s.execCount(ctx, "requeue", s.q.requeue[v])
 	default:
-		return s.execCount(ctx, "requeue", s.q.requeue[v], now, arg)
+		return s.execCount(ctx, "requeue", s.q.requeue[v], arg)
 	}
 }
 
@@ -679,6 +687,7 @@ func (sc *rowScanner) decode(r *outbox.Record) {
 	r.Destination = sc.dest.String
 	r.MessageType = sc.typ.String
 	sqlrows.CopyBytes(r, sc.headers, sc.body)
+	r.BodySize = 0
 	r.TenantID = sc.tenant.String
 	r.CreatedAt = sc.created.Time.UTC()
 	r.DeliverAt = r.CreatedAt // NULL: deliver_at = created_at

@@ -59,7 +59,8 @@
 //   - outbox.ErrTxDone: the Tx was already committed or rolled back (a second Commit or
 //     Rollback, a Publish afterwards), or the application
 //     completed the *sql.Tx directly, in which case the error says how many buffered
-//     messages were NOT written;
+//     messages were NOT written, and that those Flush had written went with the
+//     application's commit or rollback;
 //   - outbox.ErrUnknownOutcome: the COMMIT statement failed (for example the connection
 //     was lost, or the server killed the session), so the transaction may or may not be
 //     committed; the driver's error is wrapped too; retry the unit of work with

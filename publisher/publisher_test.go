@@ -627,6 +627,61 @@ func TestApplicationCommittedDirectly(t *testing.T) {
 	})
 }
 
+// Flush, then the application commits SQLTx() itself, then Commit: the flushed messages
+// were committed with the application's commit, and Commit's error must not say they
+// were lost; only messages still buffered are reported as not written.
+func TestCommitAfterFlushAndApplicationCommit(t *testing.T) {
+	eachDialect(t, 8, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ob := e.newOutbox(t, publisher.Config{})
+		tx, err := ob.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Publish("t", newMsg("a", "1"), newMsg("b", "2")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.SQLTx().Commit(); err != nil {
+			t.Fatal(err)
+		}
+		err = tx.Commit(ctx)
+		if !errors.Is(err, outbox.ErrTxDone) || strings.Contains(err.Error(), "NOT written") || !strings.Contains(err.Error(), "2 messages Flush wrote") {
+			t.Fatalf("Commit after Flush and the application's commit: %v; want ErrTxDone saying the 2 flushed messages went with the application's commit", err)
+		}
+		if n := e.count(t, e.outbox); n != 2 {
+			t.Fatalf("%d outbox rows, want the 2 flushed ones", n)
+		}
+
+		// Flushed and buffered: only the buffered ones are not written.
+		tx, err = ob.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Publish("t", newMsg("c", "3")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Publish("t", newMsg("d", "4"), newMsg("e", "5")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.SQLTx().Commit(); err != nil {
+			t.Fatal(err)
+		}
+		err = tx.Commit(ctx)
+		if !errors.Is(err, outbox.ErrTxDone) || !strings.Contains(err.Error(), "2 buffered messages were NOT written") || !strings.Contains(err.Error(), "1 messages Flush wrote") {
+			t.Fatalf("Commit with flushed and buffered messages: %v", err)
+		}
+		if n := e.count(t, e.outbox); n != 3 {
+			t.Fatalf("%d outbox rows, want 3", n)
+		}
+	})
+}
+
 // recorder is a Notifier that keeps what it is told.
 type recorder struct {
 	opts  outbox.Options

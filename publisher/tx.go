@@ -241,15 +241,25 @@ func (t *Tx) write(ctx context.Context, recs []outbox.Record) error {
 	return nil
 }
 
-// txDoneError explains why the *sql.Tx was already complete when the outbox needed it.
-func (t *Tx) txDoneError(n int, err error) error {
+// txDoneError explains why the *sql.Tx was already complete when the outbox needed it:
+// unwritten messages were still buffered (lost); the t.total that Flush wrote went with
+// whatever completed the transaction.
+func (t *Tx) txDoneError(unwritten int, err error) error {
 	if t.txCtx != nil && t.txCtx.Err() != nil {
 		// database/sql rolled the transaction back when its context ended.
-		return fmt.Errorf("publisher: transaction rolled back because its context ended (%w); %d buffered messages were not written: %w",
-			t.txCtx.Err(), n, outbox.ErrTxDone)
+		return fmt.Errorf("publisher: transaction rolled back because its context ended (%w); none of its %d messages were written: %w",
+			t.txCtx.Err(), unwritten+t.total, outbox.ErrTxDone)
 	}
-	return fmt.Errorf("%w: the *sql.Tx was committed or rolled back directly by the application; %d buffered messages were NOT written (%w)",
-		outbox.ErrTxDone, n, err)
+	flushed := ""
+	if t.total > 0 {
+		flushed = fmt.Sprintf("; the %d messages Flush wrote into it were committed or rolled back with it", t.total)
+	}
+	if unwritten == 0 {
+		return fmt.Errorf("%w: the *sql.Tx was committed or rolled back directly by the application%s; nothing else was buffered (%w)",
+			outbox.ErrTxDone, flushed, err)
+	}
+	return fmt.Errorf("%w: the *sql.Tx was committed or rolled back directly by the application; %d buffered messages were NOT written%s (%w)",
+		outbox.ErrTxDone, unwritten, flushed, err)
 }
 
 func (t *Tx) account(recs []outbox.Record) {
@@ -338,19 +348,22 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return t.rollbackAfter(fmt.Errorf("publisher: commit: %w", err))
 	}
 	if err := t.tx.Commit(); err != nil {
-		return t.commitError(t.total, err)
+		return t.commitError(err)
 	}
 	t.ob.committed.Add(1)
 	t.notify()
 	return nil
 }
 
-// commitError classifies an error from sql.Tx.Commit.
-func (t *Tx) commitError(n int, err error) error {
+// commitError classifies an error from sql.Tx.Commit, after every buffered message was
+// written into the transaction (t.total in all).
+func (t *Tx) commitError(err error) error {
+	n := t.total
 	switch {
 	case errors.Is(err, sql.ErrTxDone):
-		// Never sent: the application or database/sql (context ended) completed it.
-		return t.txDoneError(n, err)
+		// Never sent: the application or database/sql (context ended) completed it,
+		// with everything written so far.
+		return t.txDoneError(0, err)
 	case t.txCtx != nil && t.txCtx.Err() != nil && errors.Is(err, t.txCtx.Err()):
 		// database/sql checks the context before sending COMMIT and rolls back instead.
 		return fmt.Errorf("publisher: commit: transaction context ended before COMMIT, rolled back: %w", err)

@@ -3,12 +3,12 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/inboxstats"
 )
 
 var _ outbox.Inbox = (*Store)(nil)
@@ -71,28 +71,50 @@ func (s *Store) PruneInbox(ctx context.Context, before time.Time, limit int) (in
 	return n, wrap("prune inbox", err)
 }
 
-// InboxStats returns the entries and oldest instant per consumer.
+// InboxStats returns the inbox table's figures per consumer with bounded reads
+// (internal/inboxstats).
 func (s *Store) InboxStats(ctx context.Context) (outbox.InboxStats, error) {
-	rows, err := s.query(ctx, s.q.inboxStats, named("scope", int32(0)))
+	st, err := inboxstats.Read(ctx, inboxReader{s})
 	if err != nil {
 		return outbox.InboxStats{}, wrap("inbox stats", s.schemaErr(inboxSchemaHint(err, s.q.inbox)))
 	}
-	defer rows.Close()
-	var st outbox.InboxStats
-	for rows.Next() {
-		var c outbox.InboxConsumerStats
-		var consumer []byte
-		if err := rows.Scan(&consumer, &c.Entries, &c.Oldest, &c.Duplicates); err != nil {
-			return outbox.InboxStats{}, wrap("inbox stats", err)
-		}
-		c.Consumer, c.Oldest = string(consumer), c.Oldest.UTC()
-		st.Consumers = append(st.Consumers, c)
-	}
-	if err := rows.Err(); err != nil {
-		return outbox.InboxStats{}, wrap("inbox stats", err)
-	}
-	slices.SortFunc(st.Consumers, func(a, b outbox.InboxConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return st, nil
+}
+
+// inboxReader is the store's inboxstats.Reader.
+type inboxReader struct{ s *Store }
+
+func (r inboxReader) row(ctx context.Context, query string, dest []any, args ...any) error {
+	return retry(ctx, func() error { return r.s.db.QueryRowContext(ctx, query, args...).Scan(dest...) })
+}
+
+func (r inboxReader) NextConsumer(ctx context.Context, after string) (string, bool, error) {
+	var consumer []byte
+	var dups int64
+	err := r.row(ctx, r.s.q.inboxNextConsumer, []any{&consumer, &dups}, named("after", []byte(after)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return string(consumer), err == nil, err
+}
+
+func (r inboxReader) Consumer(ctx context.Context, consumer string, limit int) (int64, time.Time, int64, error) {
+	var n, dups int64
+	var oldest sql.NullTime
+	err := r.row(ctx, r.s.q.inboxConsumer, []any{&n, &oldest, &dups}, named("n", int64(limit)), named("consumer", []byte(consumer)))
+	return n, oldest.Time, dups, err
+}
+
+func (r inboxReader) Oldest(ctx context.Context) (time.Time, error) {
+	var oldest sql.NullTime
+	err := r.row(ctx, r.s.q.inboxOldest, []any{&oldest})
+	return oldest.Time, err
+}
+
+func (r inboxReader) Estimate(ctx context.Context) (int64, error) {
+	var n int64
+	err := r.row(ctx, r.s.q.inboxEstimate, []any{&n}, named("table", r.s.q.inbox))
+	return n, err
 }
 
 // AcquireInboxLease takes or extends the retention lease in one MERGE.

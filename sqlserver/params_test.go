@@ -181,7 +181,7 @@ func runEveryWrite(t *testing.T, s *Store, v string, size int) {
 	must("fail head row", err)
 	_, err = s.Park(ctx, id, v, now)
 	must("park", err)
-	_, err = s.Requeue(ctx, outbox.ParkedFilter{OrderingKey: &v}, now)
+	_, err = s.Requeue(ctx, outbox.ParkedFilter{OrderingKey: &v})
 	must("requeue key", err)
 	_, err = s.Purge(ctx, outbox.ParkedFilter{OrderingKey: &v})
 	must("purge key", err)

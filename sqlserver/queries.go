@@ -107,9 +107,10 @@ type queries struct {
 	laneRun, parkedKeys, failLane            string
 	leases, heartbeat, members, leave        string
 
-	inbox                                               string // quoted, qualified
-	inboxRecord, inboxDuplicate, inboxPrune, inboxStats string
-	inboxAcquire, inboxRelease                          string
+	inbox                                                        string // quoted, qualified
+	inboxRecord, inboxDuplicate, inboxPrune                      string
+	inboxNextConsumer, inboxConsumer, inboxOldest, inboxEstimate string
+	inboxAcquire, inboxRelease                                   string
 }
 
 func newQueries(n names) *queries {
@@ -193,12 +194,14 @@ func newQueries(n names) *queries {
 	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'pending' " +
 		"UNION ALL SELECT MAX(lane) FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'parked') AS m"
 
-	parked := "SELECT TOP (@n) " + selectCols + " FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
+	// The listing reads the payload's first @maxbody bytes and its length.
+	parked := "SELECT TOP (@n) " + strings.Replace(selectCols, "headers, body,", "headers, SUBSTRING(body, 1, @maxbody),", 1) +
+		", DATALENGTH(body) FROM " + t + " AS o WHERE o.status = 'parked' AND o.id > " + binParam("after")
 	q.parkedAny = parked + " ORDER BY o.id"
 	q.parkedKey = parked + " AND " + sameKey("o.ordering_key", "@key") + " ORDER BY o.id"
 	q.parkedNullKey = parked + " AND o.ordering_key IS NULL ORDER BY o.id"
 
-	requeue := "UPDATE " + t + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	requeue := "UPDATE " + t + " SET status = 'pending', deliver_at = " + dbNow + ", attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked'"
 	q.requeueAll = counted(requeue)
 	q.requeueKey = counted(requeue + " AND " + sameKey("ordering_key", "@key"))
@@ -247,11 +250,18 @@ func newQueries(n names) *queries {
 	// age index; READPAST passes over entries an open transaction holds.
 	q.inboxPrune = readCommitted + counted("WITH batch AS (SELECT TOP (@limit) processed_at FROM "+inbox+
 		" "+skipLocked+" WHERE processed_at < @before ORDER BY processed_at) DELETE FROM batch")
+	// InboxStats' bounded reads (internal/inboxstats): the next consumer is one seek
+	// into the primary key (naming duplicates, so that an outdated table says so even
+	// when empty); a consumer's figures read at most @n entries of its key range; the
+	// oldest entry is one seek into the age index; the estimate is sys.partitions'.
 	// READPAST: the handlers' open transactions hold their new entries' locks for as
 	// long as the handlers run; their entries are not applied yet, and the stats are not
-	// held up by them. @scope is unused: an argument makes go-mssqldb send the batch
-	// through sp_executesql, so readCommitted ends with it (see readCommitted).
-	q.inboxStats = readCommitted + "SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM " + inbox + " " + skipLocked + " GROUP BY consumer"
+	// held up by them (each statement has an argument: readCommitted ends with it).
+	q.inboxNextConsumer = readCommitted + "SELECT TOP (1) consumer, duplicates FROM " + inbox + " " + skipLocked + " WHERE consumer > @after ORDER BY consumer"
+	q.inboxConsumer = readCommitted + "SELECT COUNT_BIG(*), MIN(processed_at), COALESCE(SUM(duplicates), 0) " +
+		"FROM (SELECT TOP (@n) processed_at, duplicates FROM " + inbox + " " + skipLocked + " WHERE consumer = @consumer ORDER BY message_uuid) AS t"
+	q.inboxOldest = "SELECT MIN(processed_at) FROM " + inbox
+	q.inboxEstimate = "SELECT COALESCE(SUM(rows), 0) FROM sys.partitions WHERE object_id = OBJECT_ID(@table) AND index_id IN (0, 1)"
 	q.inboxAcquire = counted("MERGE " + lease + " WITH (HOLDLOCK) AS l USING (SELECT 'retention' AS name) AS s ON l.name = s.name " +
 		"WHEN MATCHED AND (l.expires_at <= @now OR l.token = " + binParam("tok") + ") THEN UPDATE SET owner = @owner, token = " + binParam("tok") + ", " +
 		"expires_at = CASE WHEN l.expires_at > @until THEN l.expires_at ELSE @until END " +
@@ -416,7 +426,7 @@ func (q *queries) lockedClaim(n int) string {
 }
 
 func (q *queries) requeueIDs(n int) string {
-	return counted("UPDATE " + q.outbox + " SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
+	return counted("UPDATE " + q.outbox + " SET status = 'pending', deliver_at = " + dbNow + ", attempts = 0, claim_token = NULL, claim_expires_at = NULL " +
 		"WHERE status = 'parked' AND id IN (" + idList(n) + ")")
 }
 

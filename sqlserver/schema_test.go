@@ -46,7 +46,7 @@ func allQueries(q *queries) []string {
 		q.purgeAll, q.purgeKey, q.purgeNullKey, q.purgeIDs(2),
 		q.acquireLease, q.renewLease, q.releaseLease, q.leases,
 		q.heartbeat, q.members, q.leave, q.insert(2), schemaLock, schemaUnlock,
-		q.inboxRecord, q.inboxDuplicate, q.inboxPrune, q.inboxStats, q.inboxAcquire, q.inboxRelease,
+		q.inboxRecord, q.inboxDuplicate, q.inboxPrune, q.inboxNextConsumer, q.inboxConsumer, q.inboxOldest, q.inboxEstimate, q.inboxAcquire, q.inboxRelease,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -484,7 +485,11 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	if err := q.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	args := []any{named("n", int64(q.Limit)), named("after", q.After[:])}
+	maxBody := int64(math.MaxInt32) // varbinary(max)'s bound: the whole payload
+	if q.MaxBody > 0 {
+		maxBody = int64(q.MaxBody)
+	}
+	args := []any{named("n", int64(q.Limit)), named("after", q.After[:]), named("maxbody", maxBody)}
 	query := s.q.parkedAny
 	switch {
 	case q.OrderingKey == nil:
@@ -503,7 +508,7 @@ func (s *Store) ListParked(ctx context.Context, q outbox.ParkedQuery) ([]outbox.
 	var out []outbox.Record
 	for rows.Next() {
 		out = append(out, outbox.Record{})
-		if err := sc.scan(rows, &out[len(out)-1]); err != nil {
+		if err := sc.scanSized(rows, &out[len(out)-1]); err != nil {
 			rows.Close()
 			return nil, wrap("list parked", err)
 		}
@@ -523,23 +528,22 @@ func checkFilter(f outbox.ParkedFilter) error {
 }
 
 // Requeue moves the selected parked rows back to pending, due at now, attempts reset.
-func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter, now time.Time) (int, error) {
+func (s *Store) Requeue(ctx context.Context, f outbox.ParkedFilter) (int, error) {
 	if err := checkFilter(f); err != nil {
 		return 0, err
 	}
-	nowArg := named("now", now.UTC())
 	var n int
 	var err error
 	switch {
 	case f.All:
-		n, err = s.changed(ctx, s.q.requeueAll, nowArg)
+		n, err = s.changed(ctx, s.q.requeueAll)
 	case f.OrderingKey != nil && *f.OrderingKey == "":
-		n, err = s.changed(ctx, s.q.requeueNullKey, nowArg)
+		n, err = s.changed(ctx, s.q.requeueNullKey)
 	case f.OrderingKey != nil:
-		n, err = s.changed(ctx, s.q.requeueKey, nowArg, named("key", text(*f.OrderingKey)))
+		n, err = s.changed(ctx, s.q.requeueKey, named("key", text(*f.OrderingKey)))
 	default:
 		n, err = chunkIDs(f.IDs, func(part []outbox.ID) (int, error) {
-			return s.changed(ctx, s.q.requeueIDs(len(part)), idArgs([]any{nowArg}, part)...)
+			return s.changed(ctx, s.q.requeueIDs(len(part)), idArgs(nil, part)...)
 		})
 	}
 	return n, wrap("requeue", err)
@@ -676,6 +680,8 @@ type rowScanner struct {
 	expires                       sql.NullTime
 	attempts                      int64
 	dst                           []any
+	sized                         []any // dst and the payload's length
+	size                          int64
 }
 
 func (s *Store) scanner() *rowScanner {
@@ -685,7 +691,19 @@ func (s *Store) scanner() *rowScanner {
 	sc := &rowScanner{}
 	sc.dst = []any{&sc.id, &sc.uuid, &sc.lane, &sc.key, &sc.transport, &sc.dest, &sc.typ, &sc.headers, &sc.body,
 		&sc.tenant, &sc.created, &sc.deliver, &sc.attempts, &sc.lastErr, &sc.status, &sc.token, &sc.expires, &sc.seq}
+	sc.sized = append(sc.dst[:len(sc.dst):len(sc.dst)], &sc.size)
 	return sc
+}
+
+// scanSized reads one row of the parked listing (selectCols, then the payload's
+// length) into r, BodySize included.
+func (sc *rowScanner) scanSized(rows *sql.Rows, r *outbox.Record) error {
+	if err := rows.Scan(sc.sized...); err != nil {
+		return err
+	}
+	sc.decode(r)
+	r.BodySize = int(sc.size)
+	return nil
 }
 
 // scan reads one row of selectCols into r, reusing r's Headers and Body storage. A row
@@ -694,6 +712,12 @@ func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	if err := rows.Scan(sc.dst...); err != nil {
 		return err
 	}
+	sc.decode(r)
+	return nil
+}
+
+// decode fills r from the scanned columns.
+func (sc *rowScanner) decode(r *outbox.Record) {
 	headers, body := r.Headers[:0], r.Body[:0]
 	*r = outbox.Record{
 		MessageUUID: sc.uuid,
@@ -726,5 +750,4 @@ func (sc *rowScanner) scan(rows *sql.Rows, r *outbox.Record) error {
 	if err := headercodec.Validate(r.Headers); err != nil {
 		r.Corrupt = &outbox.CorruptRowError{ID: r.ID, Column: "headers", Err: err}
 	}
-	return nil
 }

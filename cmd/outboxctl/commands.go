@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/mysql"
@@ -84,67 +86,114 @@ type statsJSON struct {
 // inboxJSON is the size of the inbox table and the duplicates its entries skipped
 // (outbox.InboxConsumerStats.Duplicates: committed duplicates of the entries kept).
 type inboxJSON struct {
-	Table        string              `json:"table"`
-	Outdated     string              `json:"outdated,omitempty"` // the table needs the ALTER named here; no figures then
-	Entries      int64               `json:"entries"`
-	Duplicates   int64               `json:"duplicates"`
-	OldestAgeSec float64             `json:"oldest_age_seconds"`
-	Consumers    []inboxConsumerJSON `json:"consumers"`
+	Table    string `json:"table"`
+	Outdated string `json:"outdated,omitempty"` // the table needs the ALTER named here; no figures then
+	// Error is set when the section could not be read (permission denied, timeout): no
+	// figures then; the outbox's figures above it stand.
+	Error string `json:"error,omitempty"`
+	// Partial: a consumer has more entries than were read (capped) or more consumers
+	// exist than listed; entries and duplicates are then lower bounds, entries at least
+	// the engine's estimate.
+	Partial       bool                `json:"partial"`
+	MoreConsumers bool                `json:"more_consumers"`
+	Entries       int64               `json:"entries"`
+	Duplicates    int64               `json:"duplicates"`
+	OldestAgeSec  float64             `json:"oldest_age_seconds"`
+	Consumers     []inboxConsumerJSON `json:"consumers"`
 }
 
 type inboxConsumerJSON struct {
-	Consumer     string    `json:"consumer"`
-	Entries      int64     `json:"entries"`
-	Duplicates   int64     `json:"duplicates"`
-	Oldest       time.Time `json:"oldest"`
-	OldestAgeSec float64   `json:"oldest_age_seconds"`
+	Consumer     string     `json:"consumer"`
+	Entries      int64      `json:"entries"`
+	Capped       bool       `json:"capped"` // more entries than read: entries and duplicates are lower bounds
+	Duplicates   int64      `json:"duplicates"`
+	Oldest       *time.Time `json:"oldest"` // null when capped
+	OldestAgeSec float64    `json:"oldest_age_seconds"`
 }
 
-// inboxStats reads the inbox table's size; nil when the store has no inbox or its table
-// does not exist (an outbox deployed before the inbox).
-func inboxStats(ctx context.Context, t *target, now time.Time) (*inboxJSON, error) {
+// inboxStats reads the inbox table's size (bounded reads, under a deadline of its
+// own); nil when the store has no inbox or its table does not exist (an outbox deployed
+// before the inbox). A failure to read it is reported in the section, never as the
+// command's error: the inbox is optional, and the backlog must stay visible.
+func inboxStats(ctx context.Context, t *target, now time.Time) *inboxJSON {
 	in, ok := t.store.(outbox.Inbox)
 	if !ok {
-		return nil, nil
+		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, inboxTimeout(ctx))
+	defer cancel()
 	st, err := in.InboxStats(ctx)
 	if missingTable(err) {
-		return nil, nil
+		return nil
 	}
-	table := qualified(t.o, t.o.options().InboxTable())
-	if errors.Is(err, outbox.ErrSchemaOutdated) {
-		return &inboxJSON{Table: table, Outdated: err.Error(), Consumers: []inboxConsumerJSON{}}, nil
+	out := &inboxJSON{Table: qualified(t.o, t.o.options().InboxTable()), Consumers: []inboxConsumerJSON{}}
+	switch {
+	case errors.Is(err, outbox.ErrSchemaOutdated):
+		out.Outdated = t.o.scrub(err)
+		return out
+	case errors.Is(err, context.DeadlineExceeded):
+		out.Error = "timed out (" + t.o.scrub(err) + ")"
+		return out
+	case err != nil:
+		out.Error = t.o.scrub(err)
+		return out
 	}
-	if err != nil {
-		return nil, t.explain(ctx, err)
+	out.Partial, out.MoreConsumers = st.Partial(), st.MoreConsumers
+	out.Entries, out.Duplicates = st.Entries(), st.Duplicates()
+	if !st.Oldest.IsZero() {
+		out.OldestAgeSec = max(0, now.Sub(st.Oldest).Seconds())
 	}
-	out := &inboxJSON{Table: table, Entries: st.Entries(), Duplicates: st.Duplicates(), Consumers: []inboxConsumerJSON{}}
 	for _, c := range st.Consumers {
-		a := max(0, now.Sub(c.Oldest).Seconds())
-		out.Consumers = append(out.Consumers, inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Duplicates: c.Duplicates,
-			Oldest: c.Oldest.UTC(), OldestAgeSec: a})
-		out.OldestAgeSec = max(out.OldestAgeSec, a)
+		cj := inboxConsumerJSON{Consumer: c.Consumer, Entries: c.Entries, Capped: c.Capped, Duplicates: c.Duplicates}
+		if !c.Oldest.IsZero() {
+			oldest := c.Oldest.UTC()
+			cj.Oldest, cj.OldestAgeSec = &oldest, max(0, now.Sub(oldest).Seconds())
+		}
+		out.Consumers = append(out.Consumers, cj)
 	}
-	return out, nil
+	return out
+}
+
+// inboxTimeout is the inbox section's share of what remains of the command's deadline:
+// a half, so that a slow inbox read still leaves time to print.
+func inboxTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d)/2, time.Millisecond)
+	}
+	return 10 * time.Second
 }
 
 func printInbox(w io.Writer, in *inboxJSON) error {
-	if in == nil {
+	switch {
+	case in == nil:
 		fmt.Fprintln(w, "\ninbox     no table (outboxctl schema apply creates it)")
 		return nil
-	}
-	if in.Outdated != "" {
+	case in.Outdated != "":
 		fmt.Fprintf(w, "\ninbox %s: WARNING: %s\n", in.Table, in.Outdated)
 		return nil
+	case in.Error != "":
+		fmt.Fprintf(w, "\ninbox %s: WARNING: not read: %s\n", in.Table, oneLine(in.Error, 300))
+		return nil
 	}
-	fmt.Fprintf(w, "\ninbox %s: %d entries, %d duplicates skipped, oldest %s\n", in.Table, in.Entries, in.Duplicates, age(in.OldestAgeSec))
+	atLeast := ""
+	if in.Partial {
+		atLeast = "at least "
+	}
+	fmt.Fprintf(w, "\ninbox %s: %s%d entries, %s%d duplicates skipped, oldest %s\n", in.Table, atLeast, in.Entries, atLeast, in.Duplicates, age(in.OldestAgeSec))
 	if len(in.Consumers) == 0 {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tENTRIES\tDUPLICATES\tOLDEST AGE")
 	for _, c := range in.Consumers {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", c.Consumer, c.Entries, c.Duplicates, age(c.OldestAgeSec))
+		entries, dups, oldest := fmt.Sprint(c.Entries), fmt.Sprint(c.Duplicates), age(c.OldestAgeSec)
+		if c.Capped {
+			entries, dups, oldest = ">= "+entries, ">= "+dups, "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", safe(c.Consumer, 60), entries, dups, oldest)
+	}
+	if in.MoreConsumers {
+		fmt.Fprintf(tw, "(more consumers)\t\t\t\n")
 	}
 	return tw.Flush()
 }
@@ -168,9 +217,7 @@ func stats(ctx context.Context, o *opts, w io.Writer) error {
 		Table: qualified(o, o.options().OutboxTable()), Dialect: o.dialect, Lanes: o.lanes,
 		Now: now, Parked: st.Parked, PerLane: []laneJSON{},
 	}
-	if out.Inbox, err = inboxStats(ctx, t, now); err != nil {
-		return err
-	}
+	out.Inbox = inboxStats(ctx, t, now)
 	if maxLane != outbox.Unordered {
 		out.MaxLane = &maxLane
 		out.LaneMismatch = maxLane >= o.lanes
@@ -274,11 +321,15 @@ type parkedJSON struct {
 	BodyBytes   int       `json:"body_bytes"` // the payload itself is never printed
 }
 
+// maxListLimit bounds parked list's -limit: a page, not the table (page with -after).
+const maxListLimit = 1000
+
 func parkedList(ctx context.Context, o *opts, w io.Writer) error {
-	if o.limit < 1 {
-		return usagef("-limit must be at least 1")
+	if o.limit < 1 || o.limit > maxListLimit {
+		return usagef("-limit must be between 1 and %d (page with -after ID), got %d", maxListLimit, o.limit)
 	}
-	q := outbox.ParkedQuery{Limit: o.limit}
+	// The payload is never printed: read one byte of it (its length comes apart).
+	q := outbox.ParkedQuery{Limit: o.limit, MaxBody: 1}
 	if o.after != "" {
 		id, err := outbox.ParseID(o.after)
 		if err != nil {
@@ -304,7 +355,7 @@ func parkedList(ctx context.Context, o *opts, w io.Writer) error {
 			ID: r.ID.String(), MessageUUID: r.MessageUUID, Lane: r.Lane, OrderingKey: r.OrderingKey,
 			Transport: r.Transport, Destination: r.Destination, MessageType: r.MessageType, TenantID: r.TenantID,
 			Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt.UTC(), DeliverAt: r.DeliverAt.UTC(),
-			BodyBytes: len(r.Body),
+			BodyBytes: r.BodySize,
 		})
 	}
 	if o.json {
@@ -317,8 +368,10 @@ func parkedList(ctx context.Context, o *opts, w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKEY\tDESTINATION\tTYPE\tATTEMPTS\tCREATED\tLAST ERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, dash(r.OrderingKey), r.Destination, dash(r.MessageType),
-			r.Attempts, r.CreatedAt.Format(time.RFC3339), oneLine(r.LastError, 80))
+		// Keys, topics, types and errors come from messages: escaped, so that no
+		// control or escape sequence reaches the operator's terminal.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, dash(safe(r.OrderingKey, 60)), safe(r.Destination, 60),
+			dash(safe(r.MessageType, 40)), r.Attempts, r.CreatedAt.Format(time.RFC3339), oneLine(r.LastError, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -336,13 +389,40 @@ func dash(s string) string {
 	return s
 }
 
-// oneLine keeps a table row on one line: newlines become spaces, long text is cut.
+// oneLine keeps a table row on one line: runs of white space become one space, then
+// the text is made safe (safe) and cut to n characters.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
+	return safe(strings.Join(strings.Fields(s), " "), n)
+}
+
+// safe makes message-controlled text printable on a terminal and cuts it to n
+// characters: control characters (C0, DEL, C1: ESC and CSI start terminal sequences),
+// bidirectional and other format characters, line separators and invalid UTF-8 are
+// written as Go escapes (\x1b, \u202e); a backslash is doubled so that no escape can be
+// forged.
+func safe(s string, n int) string {
+	var b strings.Builder
+	count := 0
+	for i, r := range s {
+		if count == n-1 && utf8.RuneCountInString(s[i:]) > 1 {
+			b.WriteString("…")
+			break
+		}
+		count++
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i]) // a byte that is not UTF-8
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r < 0x100 && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
 	}
-	return s
+	return b.String()
 }
 
 // filter builds the ParkedFilter of -id, -key or -all (exactly one).
@@ -400,7 +480,7 @@ func parkedRequeue(ctx context.Context, o *opts, w io.Writer) error {
 		return err
 	}
 	defer t.Close()
-	n, err := t.store.Requeue(ctx, f, o.now().UTC())
+	n, err := t.store.Requeue(ctx, f)
 	if err != nil {
 		return t.explain(ctx, err)
 	}
@@ -484,7 +564,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "forwarders with a live heartbeat: %d\n", len(members))
 	for _, m := range members {
-		fmt.Fprintf(w, "  %s  holds %d lanes\n", m, out.Held[m])
+		fmt.Fprintf(w, "  %s  holds %d lanes\n", safe(m, 60), out.Held[m])
 	}
 	owners := make([]string, 0, len(out.Held))
 	for owner := range out.Held {
@@ -493,7 +573,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 	sort.Strings(owners)
 	for _, owner := range owners {
 		if !contains(members, owner) {
-			fmt.Fprintf(w, "  %s  holds %d lanes (no live heartbeat: its leases run out)\n", owner, out.Held[owner])
+			fmt.Fprintf(w, "  %s  holds %d lanes (no live heartbeat: its leases run out)\n", safe(owner, 60), out.Held[owner])
 		}
 	}
 	if len(out.Leases) == 0 {
@@ -509,7 +589,7 @@ func leases(ctx context.Context, o *opts, w io.Writer) error {
 			state = "expired"
 			when = now.Sub(l.ExpiresAt).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s (%s)\t%s\n", l.Lane, l.Owner, l.ExpiresAt.Format(time.RFC3339), when, state)
+		fmt.Fprintf(tw, "%d\t%s\t%s (%s)\t%s\n", l.Lane, safe(l.Owner, 60), l.ExpiresAt.Format(time.RFC3339), when, state)
 	}
 	return tw.Flush()
 }

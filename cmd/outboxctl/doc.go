@@ -12,20 +12,27 @@
 // Every command takes -dialect (mysql, postgres or sqlserver; guessed from the DSN when
 // omitted), -dsn (or the OUTBOX_DSN environment variable), -schema, -prefix and -lanes,
 // which must match what the application's writers and forwarders use. Passwords in DSNs
-// are never printed; message payloads are never printed at all.
+// are never printed; message payloads are never printed at all. Text that comes from
+// messages (keys, topics, types, errors) is printed with control and format characters
+// escaped (\x1b, \u202e), so that no escape sequence reaches the terminal; --json keeps
+// it exact. parked list pages at most 1,000 rows at a time (-limit, then -after).
 //
 // stats counts eligible rows: pending, due, and not claimed by a live forwarder. Rows
 // scheduled for later (outbox_deliver_at) and rows in flight are not in the backlog. It
 // also prints the inbox table's entries per consumer, the duplicates they skipped and
-// the oldest one's age (package inbox). Duplicates are counted on their entry when the
+// the oldest one's age (package inbox), read with bounded reads (outbox.Inbox.InboxStats:
+// a consumer with more than 10,000 entries shows lower bounds). Duplicates are counted on their entry when the
 // duplicate's transaction commits, so the figure covers the entries retention keeps.
 //
 // --json prints one object: stats {table, dialect, lanes, now, eligible, parked,
 // oldest_age_seconds, max_lane, lane_mismatch, per_lane: [{lane (-1 = unordered), ordered,
 // eligible, oldest_eligible, oldest_age_seconds}], inbox: null (no table) or {table,
 // outdated (set, with no figures, when the table lacks a column: the ALTER to run),
-// entries, duplicates, oldest_age_seconds, consumers: [{consumer, entries, duplicates,
-// oldest, oldest_age_seconds}]}}; parked list [{id, message_uuid, lane,
+// error (set, with no figures, when the section could not be read: permission denied,
+// timed out; the outbox figures stand and the exit status is 0), partial (entries and
+// duplicates are lower bounds), more_consumers, entries, duplicates,
+// oldest_age_seconds, consumers: [{consumer, entries, capped, duplicates, oldest (null
+// when capped), oldest_age_seconds}]}}; parked list [{id, message_uuid, lane,
 // ordering_key, transport, destination, message_type, tenant_id, attempts, last_error,
 // created_at, deliver_at, body_bytes}]; parked requeue/purge {action, rows}; leases {now,
 // members, held: {owner: lanes}, leases: [{lane, owner, token, expires_at, live}]}. Times

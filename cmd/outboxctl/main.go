@@ -13,6 +13,7 @@ import (
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/internal/dsn"
 )
 
 func main() {
@@ -61,12 +62,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "outboxctl: %s\n(run `outboxctl help` for usage)\n", ue.msg)
+		fmt.Fprintf(stderr, "outboxctl: %s\n(run `outboxctl help` for usage)\n", scrubArgs(ue.msg, args))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "outboxctl: %s\n", err)
+		fmt.Fprintf(stderr, "outboxctl: %s\n", scrubArgs(err.Error(), args))
 		return 1
 	}
+}
+
+// scrubArgs removes from msg the password of $OUTBOX_DSN and of every argument that may
+// be a DSN (the -dsn value, or a DSN given by mistake as an argument): the last guard of
+// every error path.
+func scrubArgs(msg string, args []string) string {
+	msg = dsn.Scrub(msg, os.Getenv("OUTBOX_DSN"))
+	for _, a := range args {
+		if _, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+			a = v // -dsn=VALUE
+		}
+		msg = dsn.Scrub(msg, a)
+	}
+	return msg
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -103,7 +118,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return usagef("%s: unexpected argument %q", cmd, fs.Arg(0))
+		return usagef("%s: unexpected argument %q", cmd, dsn.Redact(fs.Arg(0)))
 	}
 	if err := o.finish(c.needsDB); err != nil {
 		return err
@@ -155,7 +170,8 @@ type opts struct {
 
 func (o *opts) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.dialect, "dialect", os.Getenv("OUTBOX_DIALECT"), "mysql, postgres or sqlserver (default: guessed from the DSN)")
-	fs.StringVar(&o.dsn, "dsn", os.Getenv("OUTBOX_DSN"), "data source name (default $OUTBOX_DSN)")
+	// Never a flag default: the flag package prints defaults on -h and on flag errors.
+	fs.StringVar(&o.dsn, "dsn", "", "data source name (default $OUTBOX_DSN; its password is never printed)")
 	fs.StringVar(&o.schema, "schema", "", "schema (database) of the tables")
 	fs.StringVar(&o.prefix, "prefix", "", "table prefix")
 	fs.IntVar(&o.lanes, "lanes", outbox.LanesDefault, "lane count of the table")
@@ -164,6 +180,9 @@ func (o *opts) register(fs *flag.FlagSet) {
 }
 
 func (o *opts) finish(needsDB bool) error {
+	if o.dsn == "" {
+		o.dsn = os.Getenv("OUTBOX_DSN")
+	}
 	if needsDB && o.dsn == "" {
 		return usagef("-dsn (or OUTBOX_DSN) is required")
 	}

@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -407,4 +412,349 @@ func TestPasswordNeverPrinted(t *testing.T) {
 	if !strings.Contains(all.String(), "postgres:xxxxx@") {
 		t.Errorf("the redacted DSN is not shown:\n%s", all.String())
 	}
+}
+
+// OUTBOX_DSN holds a password: help, flag errors, usage errors and failures of every
+// command never print it (the flag package prints a flag's default on -h and on any
+// flag error, so the DSN is never a flag default).
+func TestEnvPasswordNeverPrinted(t *testing.T) {
+	const secret = "S3cretPwEnv"
+	for _, env := range []string{
+		"postgres://app:" + secret + "@127.0.0.1:1/shop?sslmode=disable",
+		"app:" + secret + "@tcp(127.0.0.1:1)/shop",
+		"host=127.0.0.1 port=1 user=app password=" + secret + " dbname=shop",
+	} {
+		t.Setenv("OUTBOX_DSN", env)
+		var all strings.Builder
+		for _, args := range [][]string{
+			{"help"}, {"stats", "-h"}, {"leases", "-h"}, {"leases", "--help"}, {"parked", "list", "-h"},
+			{"parked", "requeue", "-h"}, {"parked", "purge", "-h"}, {"schema", "apply", "-h"}, {"schema", "print", "-h"},
+			{"stats", "-lanes", "x"}, {"stats", "-bogus"}, {"leases", "-timeout", "never"},
+			{"stats", "extra"}, {"stats", "-dialect", "oracle"}, {"stats", "-timeout", "-1s"},
+			{"parked", "list", "-limit", "0"}, {"parked", "list", "-after", "nope"}, {"parked", "purge", "-all"},
+			{"parked", "requeue"}, {"stats", "-timeout", "5s"}, {"stats", "-dsn", env + "x", "-timeout", "5s"},
+			{"stats", env},
+		} {
+			o := ctl(t, args...)
+			all.WriteString(o.stdout + o.stderr)
+		}
+		if strings.Contains(all.String(), secret) {
+			t.Fatalf("OUTBOX_DSN=%q: the password appears in the output:\n%s", env, all.String())
+		}
+		if !strings.Contains(all.String(), "$OUTBOX_DSN") {
+			t.Errorf("the help does not name $OUTBOX_DSN:\n%s", all.String())
+		}
+	}
+}
+
+// A PostgreSQL password holding '@': pgx takes what follows its first '@' for the host,
+// and its error names that host; no part of the password reaches the output.
+func TestPostgresPasswordWithAt(t *testing.T) {
+	t.Setenv("OUTBOX_DSN", "")
+	o := ctl(t, "stats", "-dsn", "postgres://app:Abc@Secret123@127.0.0.1:5432/test", "-timeout", "10s").fails(t, 1, "cannot connect to")
+	if s := o.stdout + o.stderr; strings.Contains(s, "Secret123") || strings.Contains(s, "Abc") {
+		t.Fatalf("part of the password appears:\n%s", s)
+	}
+}
+
+func TestSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"orders":              "orders",
+		"a\x1b[2Jb":           `a\x1b[2Jb`,
+		"bell\x07":            `bell\x07`,
+		"csi\u009b31m":        `csi\x9b31m`,
+		"rtl\u202eexe.txt":    `rtl\u202eexe.txt`,
+		"bad\xffutf8":         `bad\xffutf8`,
+		`back\x1b`:            `back\\x1b`,
+		"tab\tnl\n":           `tab\x09nl\x0a`,
+		"ünïcode ✓":           "ünïcode ✓",
+		"\uFFFD kept as text": "\uFFFD kept as text",
+	} {
+		if got := safe(in, 100); got != want {
+			t.Errorf("safe(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := safe(strings.Repeat("x", 200), 10); got != strings.Repeat("x", 9)+"…" {
+		t.Errorf("safe cuts to %q", got)
+	}
+}
+
+// Parked rows whose key, topic, type and error carry terminal escape sequences: the
+// table shows them escaped; -limit is capped.
+func TestParkedListHostile(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := testenv.DSN(t, d.service)
+			prefix := testenv.Prefix(t)
+			db, err := sql.Open(d.driver, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			if err := db.Ping(); err != nil {
+				testenv.Unavailable(t, d.service, err)
+			}
+			o := &opts{dialect: d.name, prefix: prefix, lanes: outbox.LanesDefault}
+			store, err := newStore(db, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+				var errs []error
+				for _, tbl := range o.options().TableNames() {
+					if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+qualified(o, tbl)); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errors.Join(errs...)
+			})
+			ctx := context.Background()
+			if err := store.CreateSchema(ctx); err != nil {
+				t.Fatal(err)
+			}
+			key := "k\x1b[31mred\u009b2J"
+			r := outbox.Record{ID: outbox.NewID(), MessageUUID: "u1", Lane: lanes.Of(key, outbox.LanesDefault), OrderingKey: key,
+				Destination: "t\x1b]0;pwned\x07", MessageType: "ty\u202epe", Headers: []byte{1, 0, 0, 0, 0, 0, 0, 0},
+				Body: []byte("x"), CreatedAt: time.Now()}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Insert(ctx, tx, []outbox.Record{r}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := store.Park(ctx, r.ID, "boom\x1b[2J\x1b[H\u009b6n", time.Now()); err != nil || !ok {
+				t.Fatalf("park: %v %v", ok, err)
+			}
+			base := []string{"-dialect", d.name, "-dsn", dsn, "-prefix", prefix}
+			out := ctl(t, append([]string{"parked", "list"}, base...)...).ok(t).stdout
+			for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("parked list prints %q raw:\n%q", bad, out)
+				}
+			}
+			for _, want := range []string{`k\x1b[31mred\x9b2J`, `t\x1b]0;pwned\x07`, `ty\u202epe`, `boom\x1b[2J\x1b[H\x9b6n`} {
+				if !strings.Contains(out, want) {
+					t.Errorf("parked list lacks %s:\n%s", want, out)
+				}
+			}
+			// --json keeps the exact text (JSON escapes the control characters).
+			if p := decode[[]parkedJSON](t, ctl(t, append([]string{"parked", "list", "--json"}, base...)...).ok(t)); len(p) != 1 || p[0].OrderingKey != key {
+				t.Errorf("parked list --json: %+v", p)
+			}
+			ctl(t, append([]string{"parked", "list", "-limit", "1000000"}, base...)...).fails(t, 2, "-limit must be between 1 and 1000")
+		})
+	}
+}
+
+// schema apply over a MySQL rows table of the earlier schema (keyed by id): it says the
+// table is outdated and how to migrate it, never "schema applied".
+func TestSchemaApplyOutdatedMySQL(t *testing.T) {
+	t.Setenv("OUTBOX_DSN", "")
+	dsn := testenv.DSN(t, testenv.MySQL)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Ping(); err != nil {
+		testenv.Unavailable(t, testenv.MySQL, err)
+	}
+	prefix := testenv.Prefix(t)
+	o := &opts{dialect: "mysql", prefix: prefix, lanes: outbox.LanesDefault}
+	testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+		var errs []error
+		for _, tbl := range o.options().TableNames() {
+			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+qualified(o, tbl)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+	if _, err := db.Exec("CREATE TABLE " + qualified(o, o.options().OutboxTable()) + " (id BINARY(16) NOT NULL PRIMARY KEY, lane INT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	r := ctl(t, "schema", "apply", "-dialect", "mysql", "-dsn", dsn, "-prefix", prefix).fails(t, 1, "predates the current schema", "docs/operations.md")
+	if strings.Contains(r.stdout, "schema applied") {
+		t.Fatalf("schema apply says it applied:\n%s", r.stdout)
+	}
+}
+
+// stats with the three-table grants docs/operations.md recommends (no grant on the
+// inbox tables), and with an inbox table another session holds locked: the backlog is
+// printed, the inbox section says why it is missing, and the command succeeds.
+func TestStatsInboxSectionFails(t *testing.T) {
+	t.Setenv("OUTBOX_DSN", "")
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := testenv.DSN(t, d.service)
+			prefix := testenv.Prefix(t)
+			db, err := sql.Open(d.driver, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			if err := db.Ping(); err != nil {
+				testenv.Unavailable(t, d.service, err)
+			}
+			o := &opts{dialect: d.name, prefix: prefix, lanes: outbox.LanesDefault}
+			testenv.Cleanup(t, "drop the test's tables", func(ctx context.Context) error {
+				var errs []error
+				for _, tbl := range o.options().TableNames() {
+					if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+qualified(o, tbl)); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errors.Join(errs...)
+			})
+			store, err := newStore(db, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := store.CreateSchema(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ob, err := publisher.New(store, publisher.Config{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
+				if _, err := store.(outbox.Inbox).RecordInbox(ctx, tx.SQLTx(), "billing", "m1", time.Now()); err != nil {
+					return err
+				}
+				return tx.Publish("orders", message.NewMessage("a", nil), message.NewMessage("b", nil), message.NewMessage("c", nil))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// A user with the three-table grants.
+			restricted := restrictedUser(t, db, d.name, dsn, o)
+			base := []string{"-dialect", d.name, "-prefix", prefix}
+			r := ctl(t, append([]string{"stats", "-dsn", restricted}, base...)...).ok(t)
+			denied := map[string]string{"mysql": "denied", "postgres": "permission denied"}[d.name]
+			if !strings.Contains(r.stdout, "backlog   3 eligible rows") || !strings.Contains(r.stdout, "WARNING: not read") || !strings.Contains(r.stdout, denied) {
+				t.Errorf("stats with the three-table grants:\n%s", r.stdout)
+			}
+			st := decode[statsJSON](t, ctl(t, append([]string{"stats", "--json", "-dsn", restricted}, base...)...).ok(t))
+			if st.Eligible != 3 || st.Inbox == nil || !strings.Contains(st.Inbox.Error, denied) {
+				t.Errorf("stats --json with the three-table grants: %+v, inbox %+v", st, st.Inbox)
+			}
+
+			// An inbox table locked by another session: the section times out.
+			release := lockTable(t, db, d.name, qualified(o, o.options().InboxTable()))
+			r = ctl(t, append([]string{"stats", "-dsn", dsn, "-timeout", "4s"}, base...)...).ok(t)
+			release()
+			if !strings.Contains(r.stdout, "backlog   3 eligible rows") || !strings.Contains(r.stdout, "timed out") {
+				t.Errorf("stats over a locked inbox table:\n%s", r.stdout)
+			}
+			// And without the lock, the figures.
+			st = decode[statsJSON](t, ctl(t, append([]string{"stats", "--json", "-dsn", dsn}, base...)...).ok(t))
+			if st.Inbox == nil || st.Inbox.Error != "" || st.Inbox.Entries != 1 || st.Inbox.Partial {
+				t.Errorf("stats --json: inbox %+v", st.Inbox)
+			}
+		})
+	}
+}
+
+// restrictedUser creates a login with SELECT, INSERT, UPDATE and DELETE on the outbox,
+// lanes and nodes tables only (docs/operations.md, Privileges), dropped at the end, and
+// returns its DSN.
+func restrictedUser(t *testing.T, db *sql.DB, dialect, dsn string, o *opts) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	user, pw := "octl_"+hex.EncodeToString(b[:]), "Pw"+hex.EncodeToString(b[:])
+	tables := []string{o.options().OutboxTable(), o.options().LanesTable(), o.options().NodesTable()}
+	var stmts []string
+	var drop string
+	var restricted string
+	switch dialect {
+	case "postgres":
+		stmts = append(stmts, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, pw))
+		for _, tbl := range tables {
+			stmts = append(stmts, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s", qualified(o, tbl), user))
+		}
+		drop = "DROP OWNED BY " + user + "; DROP ROLE " + user
+		restricted = strings.Replace(dsn, "postgres://postgres@", "postgres://"+user+":"+pw+"@", 1)
+	default:
+		stmts = append(stmts, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", user, pw))
+		for _, tbl := range tables {
+			stmts = append(stmts, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO '%s'@'%%'", qualified(o, tbl), user))
+		}
+		drop = fmt.Sprintf("DROP USER '%s'@'%%'", user)
+		restricted = strings.Replace(dsn, "root@", user+":"+pw+"@", 1)
+	}
+	if restricted == dsn {
+		t.Skipf("the %s DSN is not of the form the test rewrites: %s", dialect, dsn)
+	}
+	testenv.Cleanup(t, "drop the restricted user", func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, drop)
+		return err
+	})
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return restricted
+}
+
+// lockTable holds table locked against readers from another session until release.
+func lockTable(t *testing.T, db *sql.DB, dialect, table string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, unlock := "LOCK TABLES "+table+" WRITE", "UNLOCK TABLES"
+	if dialect == "postgres" {
+		lock, unlock = "BEGIN; LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE", "ROLLBACK"
+	}
+	if _, err := conn.ExecContext(ctx, lock); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	done := false
+	release = func() {
+		if done {
+			return
+		}
+		done = true
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(cctx, unlock)
+		conn.Close()
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// Whatever a message holds, safe's output is valid UTF-8 without control or format
+// characters.
+func FuzzSafe(f *testing.F) {
+	for _, s := range []string{"", "orders", "a\x1b[2Jb", "\u009b", "\u202e", "bad\xff", `\x1b`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := safe(s, 80)
+		if !utf8.ValidString(out) {
+			t.Fatalf("safe(%q) = %q: not UTF-8", s, out)
+		}
+		for _, r := range out {
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
+				t.Fatalf("safe(%q) = %q holds %U", s, out, r)
+			}
+		}
+		if n := utf8.RuneCountInString(out); n > 80*6 {
+			t.Fatalf("safe(%q) is %d characters", s, n)
+		}
+	})
 }

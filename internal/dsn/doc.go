@@ -11,6 +11,10 @@
 //	keyword (pgx, libpq)  host=h user=u password='p w' dbname=db
 //	ADO (go-mssqldb)      server=h;user id=u;password=p;database=db
 //
+// A PostgreSQL URL is split as pgx and libpq split it (the user information ends at the
+// first '@' before the first '/'), and a password holding an unescaped '@' is masked
+// whole and in parts, since pgx prints its tail as a host name.
+//
 // Anything it cannot parse is treated as secret: Redact keeps only what it can prove is
 // not a password.
 package dsn

@@ -2,6 +2,7 @@ package dsn
 
 import (
 	"net/url"
+	"sort"
 	"strings"
 	"unicode"
 )
@@ -17,39 +18,55 @@ func Redact(s string) string {
 
 // Password returns the password in s ("" when there is none).
 func Password(s string) string {
-	_, pw := parse(s)
-	return pw
+	_, secrets := parse(s)
+	if len(secrets) == 0 {
+		return ""
+	}
+	return secrets[0]
 }
 
 // Scrub returns text (typically a driver's error message) with the password of dsn, and
 // the dsn itself, replaced by their redacted forms. Drivers are careful not to print
-// passwords, but a wrapped error from anywhere may quote the DSN it was given.
+// passwords, but a wrapped error from anywhere may quote the DSN it was given, and a
+// password the driver split differently from its writer's intent (a PostgreSQL URL whose
+// password holds '@') may reach a message as part of a host name: every part of it is
+// replaced too.
 func Scrub(text, dsn string) string {
-	redacted, pw := parse(dsn)
+	redacted, secrets := parse(dsn)
 	if dsn != "" && dsn != redacted {
 		text = strings.ReplaceAll(text, dsn, redacted)
 	}
-	if pw != "" {
-		text = strings.ReplaceAll(text, pw, Mask)
-		if esc := url.QueryEscape(pw); esc != pw {
-			text = strings.ReplaceAll(text, esc, Mask)
+	var all []string
+	for _, pw := range secrets {
+		if pw == "" {
+			continue
 		}
-		if esc := url.PathEscape(pw); esc != pw {
-			text = strings.ReplaceAll(text, esc, Mask)
+		all = append(all, pw, url.QueryEscape(pw), url.PathEscape(pw))
+	}
+	sort.Slice(all, func(i, j int) bool { return len(all[i]) > len(all[j]) }) // whole before parts
+	for _, pw := range all {
+		if pw != "" {
+			text = strings.ReplaceAll(text, pw, Mask)
 		}
 	}
 	return text
 }
 
-// parse returns the redacted form of s and the password it found.
-func parse(s string) (redacted, password string) {
+// parse returns the redacted form of s and the secrets it found: the password first,
+// then the parts of it that a driver may print on their own.
+func parse(s string) (redacted string, secrets []string) {
 	switch {
+	case hasPostgresScheme(s):
+		return redactPostgresURL(s)
 	case strings.Contains(s, "://"):
-		return redactURL(s)
+		r, pw := redactURL(s)
+		return r, []string{pw}
 	case isKeywordForm(s):
-		return redactKeywords(s)
+		r, pw := redactKeywords(s)
+		return r, []string{pw}
 	default:
-		return redactMySQL(s)
+		r, pw := redactMySQL(s)
+		return r, []string{pw}
 	}
 }
 
@@ -254,6 +271,8 @@ func redactMySQL(s string) (string, string) {
 // none that can be told.
 func Host(s string) string {
 	switch {
+	case hasPostgresScheme(s):
+		return postgresHost(s)
 	case strings.Contains(s, "://"):
 		if u, err := url.Parse(s); err == nil {
 			return u.Host

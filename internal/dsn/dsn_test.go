@@ -19,6 +19,9 @@ func TestRedact(t *testing.T) {
 		{"postgres URL no password", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "", "127.0.0.1:5432"},
 		{"postgres URL password param", "postgresql://app@db/shop?password=s3cret&sslmode=disable", "postgresql://app@db/shop?password=xxxxx&sslmode=disable", "s3cret", "db"},
 		{"postgres URL escaped password", "postgres://app:p%40ss%2Fw@db/shop", "postgres://app:xxxxx@db/shop", "p@ss/w", "db"},
+		{"postgres URL password with @", "postgres://app:Abc@Secret123@127.0.0.1:5432/test", "postgres://app:xxxxx@127.0.0.1:5432/test", "Abc@Secret123", "127.0.0.1:5432"},
+		{"postgres URL password with ? and #", "postgres://app:a?b#c@db/shop?sslmode=disable", "postgres://app:xxxxx@db/shop?sslmode=disable", "a?b#c", "db"},
+		{"postgres URL password param with @", "postgres://app@db/shop?password=p%40ss&sslmode=disable", "postgres://app@db/shop?password=xxxxx&sslmode=disable", "p@ss", "db"},
 		{"postgres URL broken escape", "postgres://app:100%@db/shop", "postgres://app:xxxxx@db/shop", "100%", "db"},
 		{"postgres keywords", "host=db port=5432 user=app password=s3cret dbname=shop", "host=db port=5432 user=app password=xxxxx dbname=shop", "s3cret", "db:5432"},
 		{"postgres keywords quoted", "host=db user=app password='s3 c\\'ret' dbname=shop", "host=db user=app password=xxxxx dbname=shop", "s3 c'ret", "db"},
@@ -63,12 +66,28 @@ func TestScrub(t *testing.T) {
 	}
 }
 
+// pgx ends a URL's user information at the first '@' and reads the rest as a host name,
+// which its errors print: no part of the password survives Scrub.
+func TestScrubPostgresPasswordWithAt(t *testing.T) {
+	const d = "postgres://app:Abc@Secret123@127.0.0.1:5432/test"
+	for _, msg := range []string{
+		"lookup Secret123@127.0.0.1: no such host",
+		"failed SASL auth (password Abc)",
+		"cannot parse `" + d + "`",
+	} {
+		if got := Scrub(msg, d); strings.Contains(got, "Secret123") || strings.Contains(got, "Abc") {
+			t.Errorf("Scrub(%q) = %q: part of the password is left", msg, got)
+		}
+	}
+}
+
 func FuzzRedact(f *testing.F) {
 	for _, s := range []string{"a:b@tcp(h)/d", "postgres://a:b@h/d", "password=x host=y", "server=s;password={x}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		r, pw := parse(s)
+		r, _ := parse(s)
+		pw := Password(s)
 		if len(pw) >= 3 && strings.Contains(r, pw) && !strings.Contains(Mask, pw) {
 			// A password may legitimately equal another part (user name "guest" with
 			// password "guest"), so only check that the password's own slot is masked.

@@ -35,18 +35,25 @@ func (s *Set) Add(c outbox.Commit) {
 		s.unordered = true
 	}
 	for _, l := range c.Lanes {
-		if l < 0 {
-			continue
-		}
-		w := l / 64
-		for len(s.lanes) <= w {
-			s.lanes = append(s.lanes, 0)
-		}
-		if bit := uint64(1) << (uint(l) % 64); s.lanes[w]&bit == 0 {
-			s.lanes[w] |= bit
-			s.n++
+		if l >= 0 {
+			s.addLane(l)
 		}
 	}
+}
+
+// addLane marks lane l (>= 0) and reports whether it was new.
+func (s *Set) addLane(l int) bool {
+	w := l / 64
+	for len(s.lanes) <= w {
+		s.lanes = append(s.lanes, 0)
+	}
+	bit := uint64(1) << (uint(l) % 64)
+	if s.lanes[w]&bit != 0 {
+		return false
+	}
+	s.lanes[w] |= bit
+	s.n++
+	return true
 }
 
 // AddAll marks every lane and the unordered rows.
@@ -86,14 +93,22 @@ func (s *Set) AppendPayload(dst []byte) []byte {
 	return dst
 }
 
+// maxDecode bounds a payload Decode reads entry by entry: PostgreSQL's notification
+// limit, above anything AppendPayload writes (maxPayload). A longer one wakes
+// everything, so that a large message on a wake-up topic costs one look, not millions
+// of entries.
+const maxDecode = 8000
+
 // Decode parses a payload into the commit to notify for a table of the given lane
-// count. A payload it cannot read, "*" or an empty one wakes everything: a spurious
-// wake-up costs one look, a missed one a poll interval.
+// count, each lane at most once. A payload it cannot read, "*", an empty one or one
+// longer than any sender writes wakes everything: a spurious wake-up costs one look, a
+// missed one a poll interval.
 func Decode(payload string, lanes int) outbox.Commit {
-	if payload == "" || payload == "*" {
+	if payload == "" || payload == "*" || len(payload) > maxDecode {
 		return All(lanes)
 	}
 	c := outbox.Commit{}
+	var seen Set
 	for len(payload) > 0 {
 		tok := payload
 		if i := indexComma(payload); i >= 0 {
@@ -109,7 +124,9 @@ func Decode(payload string, lanes int) outbox.Commit {
 		if err != nil || l < 0 || l >= lanes {
 			return All(lanes)
 		}
-		c.Lanes = append(c.Lanes, l)
+		if seen.addLane(l) {
+			c.Lanes = append(c.Lanes, l)
+		}
 	}
 	return c
 }

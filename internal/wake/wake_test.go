@@ -63,6 +63,41 @@ func TestDecodeWakesEverythingOnDoubt(t *testing.T) {
 	}
 }
 
+// A payload of many entries (a multi-megabyte message on the wake-up topic) never
+// becomes more lanes than the table has: longer than any sender writes, it wakes
+// everything; repeated lanes count once.
+func TestDecodeBounded(t *testing.T) {
+	huge := strings.Repeat("1,", 4<<20) + "1"
+	if c := Decode(huge, 8); c.Unordered != 1 || !slices.Equal(c.Lanes, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Errorf("Decode(4 MiB of lanes) = %d lanes, want every lane once", len(c.Lanes))
+	}
+	if c := Decode("3,1,3,3,u,1,u", 8); c.Unordered != 1 || !slices.Equal(c.Lanes, []int{3, 1}) {
+		t.Errorf("Decode(repeated lanes) = %+v, want lanes 3 and 1 once", c)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{"", "*", "u", "u,3,17", "1,1,1", "5,70", "-1", "0,,1"} {
+		f.Add(s, 8)
+	}
+	f.Fuzz(func(t *testing.T, payload string, lanes int) {
+		if lanes < 1 || lanes > 4096 {
+			return
+		}
+		c := Decode(payload, lanes)
+		if len(c.Lanes) > lanes {
+			t.Fatalf("Decode(%q, %d) = %d lanes", payload, lanes, len(c.Lanes))
+		}
+		seen := map[int]bool{}
+		for _, l := range c.Lanes {
+			if l < 0 || l >= lanes || seen[l] {
+				t.Fatalf("Decode(%q, %d): lane %d out of range or repeated", payload, lanes, l)
+			}
+			seen[l] = true
+		}
+	})
+}
+
 func TestSetReset(t *testing.T) {
 	var s Set
 	if !s.Empty() {

@@ -122,30 +122,30 @@ SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM [dbo].[outbox] WITH (READ
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SELECT MIN(lane) FROM [dbo].[outbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE status = 'pending' AND lane > @after
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, SUBSTRING(body, 1, @maxbody), tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq, DATALENGTH(body) FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) ORDER BY o.id
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, SUBSTRING(body, 1, @maxbody), tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq, DATALENGTH(body) FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
 
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND o.ordering_key IS NULL ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, SUBSTRING(body, 1, @maxbody), tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq, DATALENGTH(body) FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.id > CAST(@after AS binary(16)) AND o.ordering_key IS NULL ORDER BY o.id
 
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked';
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked';
 SELECT COUNT_BIG(*) FROM @changed;
 
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key);
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND CAST(ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(ordering_key) = DATALENGTH(@key);
 SELECT COUNT_BIG(*) FROM @changed;
 
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND ordering_key IS NULL;
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND ordering_key IS NULL;
 SELECT COUNT_BIG(*) FROM @changed;
 
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
-UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = @now, attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)));
+UPDATE [dbo].[outbox] SET status = 'pending', deliver_at = SYSUTCDATETIME(), attempts = 0, claim_token = NULL, claim_expires_at = NULL OUTPUT 1 INTO @changed WHERE status = 'parked' AND id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)));
 SELECT COUNT_BIG(*) FROM @changed;
 
 SET NOCOUNT ON;
@@ -211,7 +211,14 @@ WITH batch AS (SELECT TOP (@limit) processed_at FROM [dbo].[inbox] WITH (READPAS
 SELECT COUNT_BIG(*) FROM @changed;
 
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-SELECT consumer, COUNT_BIG(*), MIN(processed_at), SUM(duplicates) FROM [dbo].[inbox] WITH (READPAST, READCOMMITTEDLOCK) GROUP BY consumer
+SELECT TOP (1) consumer, duplicates FROM [dbo].[inbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE consumer > @after ORDER BY consumer
+
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT COUNT_BIG(*), MIN(processed_at), COALESCE(SUM(duplicates), 0) FROM (SELECT TOP (@n) processed_at, duplicates FROM [dbo].[inbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE consumer = @consumer ORDER BY message_uuid) AS t
+
+SELECT MIN(processed_at) FROM [dbo].[inbox]
+
+SELECT COALESCE(SUM(rows), 0) FROM sys.partitions WHERE object_id = OBJECT_ID(@table) AND index_id IN (0, 1)
 
 SET NOCOUNT ON;
 DECLARE @changed TABLE (n int NOT NULL);
