@@ -91,7 +91,7 @@ func TestExplainInbox(t *testing.T) {
 	pkey, age := opts.TablePrefix+suffixInbox+"_pkey", opts.TablePrefix+suffixInboxAge
 	for _, q := range []struct {
 		name, query, index string
-		args           []any
+		args               []any
 	}{
 		{"next consumer", s.q.inboxNextConsumer, pkey, []any{"'consumer-3'"}},
 		{"consumer figures", s.q.inboxConsumer, pkey, []any{"'consumer-3'", outbox.InboxStatsMaxEntries + 1}},
