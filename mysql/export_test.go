@@ -90,8 +90,8 @@ var LaneList = laneList
 func ParkedStatements(s *Store, limit int) map[string]string {
 	var zero outbox.ID
 	return map[string]string{
-		"list parked":        bind(s.q.listParked, zero[:], int64(limit)),
-		"list parked of key": bind(s.q.listParkedKey, zero[:], []byte("key-1"), int64(limit)),
+		"list parked":        bind(s.q.listParked, int64(1024), zero[:], int64(limit)),
+		"list parked of key": bind(s.q.listParkedKey, int64(1024), zero[:], []byte("key-1"), int64(limit)),
 		"count parked":       s.q.statsParked,
 		"parked keys":        bind(s.q.parkedKeys, int64(parkedLane(5))),
 	}

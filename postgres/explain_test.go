@@ -148,7 +148,6 @@ func explainHotReads(t *testing.T, analyze, drain, viaInsert, early bool) {
 		index string // the index the statement must use ("a|b": either)
 		args  []any
 	}{
-		{"head of lane read", s.q.readLane, suffixLaneIx, []any{lane, zero[:], now, 100}},
 		{"unordered due read", s.q.readUnordered, suffixDueIx, []any{zero[:], now, 100}},
 		{"ordered claim", s.q.claimLane, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
 		{"ordered claim holding parked keys", s.q.claimLaneHold, suffixLaneIx, []any{tok[:], until, now, 100, lane, lease[:]}},
