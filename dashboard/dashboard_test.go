@@ -1,0 +1,288 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/dashboard"
+	"github.com/relayer-go/watermill-outbox/internal/dashseed"
+)
+
+func TestConfigValidate(t *testing.T) {
+	store := fakeStore{}
+	if _, err := dashboard.New(nil, dashboard.Config{}, nil); !errors.Is(err, dashboard.ErrNoStore) {
+		t.Errorf("nil store: %v", err)
+	}
+	for field, c := range map[string]dashboard.Config{
+		"PageSize":        {PageSize: dashboard.PageSizeMax + 1},
+		"ScanLimit":       {ScanLimit: -1},
+		"RefreshInterval": {RefreshInterval: time.Millisecond},
+		"PreviewBytes":    {PreviewBytes: dashboard.PreviewBytesMax + 1},
+	} {
+		_, err := dashboard.New(store, c, nil)
+		if !errors.Is(err, dashboard.ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v", field, err)
+		}
+	}
+	if _, err := dashboard.New(store, dashboard.Config{}, nil); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+// fakeStore satisfies the interface for construction only (no I/O happens in New).
+type fakeStore struct{ outbox.Store }
+
+// seeded is what seed wrote.
+type seeded struct {
+	parkedPayments, parkedEmails []outbox.ID
+	hostile                      []outbox.Record
+}
+
+// seed writes 3 unordered and 4 ordered eligible rows, 2 scheduled rows, 2 parked
+// "payments" rows (error "timeout"), 3 parked "emails" rows (error "SMTP refused")
+// and the hostile rows, parked with a hostile error.
+func seed(t *testing.T, store outbox.Store) seeded {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := store.Options().Lanes
+	now := time.Now().UTC().Add(-time.Minute)
+	var recs []outbox.Record
+	for i := range 3 {
+		recs = append(recs, dashseed.Row("orders", "", []byte{byte(i)}, nil, now, n))
+	}
+	for _, k := range []string{"k1", "k1", "k2", "k3"} {
+		recs = append(recs, dashseed.Row("orders", k, []byte("o"), nil, now, n))
+	}
+	for range 2 {
+		r := dashseed.Row("later", "", nil, nil, now, n)
+		r.DeliverAt = now.Add(time.Hour)
+		recs = append(recs, r)
+	}
+	must(t, dashseed.Insert(ctx, store, recs))
+	var s seeded
+	pay := []outbox.Record{dashseed.Row("payments", "", []byte(`{"a":1}`), map[string]string{"x": "y"}, now, n),
+		dashseed.Row("payments", "p1", []byte("p"), nil, now, n)}
+	must(t, dashseed.Park(ctx, store, pay, "timeout talking to broker", 2))
+	em := []outbox.Record{dashseed.Row("emails", "", nil, nil, now, n), dashseed.Row("emails", "", nil, nil, now, n),
+		dashseed.Row("emails", "", nil, nil, now, n)}
+	must(t, dashseed.Park(ctx, store, em, "SMTP refused", 2))
+	s.hostile = dashseed.HostileRows(now, n)
+	must(t, dashseed.Park(ctx, store, s.hostile, dashseed.HostileText("error"), 2))
+	for _, r := range pay {
+		s.parkedPayments = append(s.parkedPayments, r.ID)
+	}
+	for _, r := range em {
+		s.parkedEmails = append(s.parkedEmails, r.ID)
+	}
+	return s
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type client struct {
+	t    *testing.T
+	base string
+	http *http.Client
+}
+
+func newClient(t *testing.T, h http.Handler) *client {
+	srv := httptest.NewServer(http.StripPrefix("/outbox", h))
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	return &client{t: t, base: srv.URL + "/outbox/", http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+}
+
+func (c *client) get(path string) (int, string) {
+	c.t.Helper()
+	resp, err := c.http.Get(c.base + path)
+	must(c.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	must(c.t, err)
+	return resp.StatusCode, string(b)
+}
+
+func (c *client) post(form url.Values, origin string) (int, string) {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.base+"action", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := c.http.Do(req)
+	must(c.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func overviewJSON(t *testing.T, c *client) map[string]any {
+	t.Helper()
+	code, body := c.get("api/overview")
+	if code != 200 {
+		t.Fatalf("api/overview: %d %s", code, body)
+	}
+	var v map[string]any
+	must(t, json.Unmarshal([]byte(body), &v))
+	return v
+}
+
+var dataID = regexp.MustCompile(`<tr data-id="`)
+
+func TestDashboard(t *testing.T) {
+	for _, service := range dashseed.Services {
+		t.Run(service, func(t *testing.T) {
+			t.Parallel()
+			store, _ := dashseed.Open(t, service, "", false)
+			s := seed(t, store)
+			h, err := dashboard.New(store, dashboard.Config{AllowMutations: true}, nil)
+			must(t, err)
+			c := newClient(t, h)
+			t.Run("overview", func(t *testing.T) { checkOverview(t, c) })
+			t.Run("parked", func(t *testing.T) { checkParked(t, c, s) })
+			t.Run("hostile", func(t *testing.T) { checkHostile(t, c, s) })
+			t.Run("mutations", func(t *testing.T) { checkMutations(t, c, store, s) })
+			t.Run("readonly", func(t *testing.T) { checkReadOnly(t, store, s) })
+		})
+	}
+}
+
+func checkOverview(t *testing.T, c *client) {
+	v := overviewJSON(t, c)
+	for k, want := range map[string]float64{"ordered": 4, "unordered": 3, "waiting": 2, "pending": 9, "parked": 9} {
+		if v[k] != want {
+			t.Errorf("%s = %v, want %v", k, v[k], want)
+		}
+	}
+	code, body := c.get("")
+	if code != 200 || !strings.Contains(body, `data-k="ordered">4<`) || !strings.Contains(body, `data-k="unordered">3<`) {
+		t.Errorf("overview page: %d\n%s", code, body)
+	}
+	if code, body := c.get("lanes?sort=backlog&dir=desc"); code != 200 || !strings.Contains(body, "eligible rows, no live lease") {
+		t.Errorf("lanes page: %d\n%s", code, body)
+	}
+}
+
+func checkParked(t *testing.T, c *client, s seeded) {
+	_, all := c.get("parked")
+	if n := len(dataID.FindAllString(all, -1)); n != 9 {
+		t.Errorf("parked list shows %d rows, want 9", n)
+	}
+	for q, want := range map[string]int{"topic=payments": 2, "error=smtp": 3, "key=p1": 1, "topic=emails&age=1h": 0, "topic=emails&age=30s": 3} {
+		_, body := c.get("parked?" + q)
+		if n := len(dataID.FindAllString(body, -1)); n != want {
+			t.Errorf("parked?%s shows %d rows, want %d", q, n, want)
+		}
+	}
+	_, body := c.get("row?id=" + s.parkedPayments[0].String())
+	if !strings.Contains(body, "&#34;a&#34;: 1") && !strings.Contains(body, `&quot;a&quot;: 1`) {
+		t.Errorf("row view lacks the pretty-printed JSON payload:\n%s", body)
+	}
+	if code, _ := c.get("row?id=" + outbox.NewID().String()); code != 404 {
+		t.Errorf("unknown row: %d, want 404", code)
+	}
+}
+
+func checkHostile(t *testing.T, c *client, s seeded) {
+	pages := []string{"parked", "parked?topic=" + url.QueryEscape(dashseed.Script), "find?key=" + url.QueryEscape(dashseed.HostileText("key"))}
+	for _, r := range s.hostile {
+		pages = append(pages, "row?id="+r.ID.String())
+	}
+	for _, p := range pages {
+		code, body := c.get(p)
+		if code != 200 {
+			t.Errorf("%s: status %d", p, code)
+		}
+		for _, raw := range []string{"<script>window", "<img", "onerror=\""} {
+			if strings.Contains(body, raw) {
+				t.Errorf("%s: page holds unescaped %q", p, raw)
+			}
+		}
+		if len(body) > 512<<10 {
+			t.Errorf("%s: page is %d bytes; want it bounded", p, len(body))
+		}
+	}
+	_, body := c.get("row?id=" + s.hostile[3].ID.String())
+	if !strings.Contains(body, `<span id="meta-more">9,900</span>`) {
+		t.Errorf("10,000 metadata entries: the page does not say 9,900 more")
+	}
+}
+
+func csrf(t *testing.T, c *client, page string) string {
+	t.Helper()
+	_, body := c.get(page)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("%s has no CSRF field:\n%s", page, body)
+	}
+	return m[1]
+}
+
+func checkMutations(t *testing.T, c *client, store outbox.Store, s seeded) {
+	origin := strings.TrimSuffix(c.base, "/outbox/")
+	// Confirmation names the count; the action changes exactly those rows.
+	_, body := c.get("confirm?op=requeue&topic=payments")
+	if !strings.Contains(body, `<strong id="confirm-count">2</strong>`) {
+		t.Fatalf("confirmation does not name 2 rows:\n%s", body)
+	}
+	tok := csrf(t, c, "confirm?op=requeue&topic=payments")
+	form := url.Values{"op": {"requeue"}, "id": {s.parkedPayments[0].String(), s.parkedPayments[1].String()}}
+	if code, _ := c.post(form, origin); code != 403 {
+		t.Errorf("without a CSRF token: %d, want 403", code)
+	}
+	form.Set("csrf", "wrong"+tok[5:])
+	if code, _ := c.post(form, origin); code != 403 {
+		t.Errorf("with a wrong CSRF token: %d, want 403", code)
+	}
+	form.Set("csrf", tok)
+	if code, _ := c.post(form, "https://evil.example"); code != 403 {
+		t.Errorf("from another origin: %d, want 403", code)
+	}
+	code, body := c.post(form, origin)
+	if code != 200 || !strings.Contains(body, `<strong id="result-count">2</strong>`) {
+		t.Fatalf("requeue: %d\n%s", code, body)
+	}
+	form = url.Values{"op": {"purge"}, "csrf": {tok}, "id": {s.parkedEmails[0].String()}}
+	if code, body := c.post(form, origin); code != 200 || !strings.Contains(body, `<strong id="result-count">1</strong>`) {
+		t.Fatalf("purge: %d\n%s", code, body)
+	}
+	st, err := store.Stats(context.Background(), time.Now())
+	must(t, err)
+	if st.Parked != 6 {
+		t.Errorf("parked after requeue 2 and purge 1: %d, want 6", st.Parked)
+	}
+}
+
+func checkReadOnly(t *testing.T, store outbox.Store, s seeded) {
+	h, err := dashboard.New(store, dashboard.Config{}, nil)
+	must(t, err)
+	c := newClient(t, h)
+	_, body := c.get("parked")
+	if strings.Contains(body, "confirm?") || strings.Contains(body, "csrf") {
+		t.Errorf("read-only parked page offers actions")
+	}
+	if code, _ := c.get("confirm?op=purge&topic=emails"); code != 403 {
+		t.Errorf("read-only confirm: %d, want 403", code)
+	}
+	form := url.Values{"op": {"purge"}, "csrf": {"x"}, "id": {s.parkedEmails[1].String()}}
+	if code, _ := c.post(form, ""); code != 403 {
+		t.Errorf("read-only purge: %d, want 403", code)
+	}
+}
