@@ -123,7 +123,7 @@ func (c *Config) setDefaults() {
 // the field.
 func (c Config) Validate() error {
 	checks := []struct {
-		name     string
+		name      string
 		v, lo, hi int
 	}{
 		{"PageSize", c.PageSize, 1, PageSizeMax},

@@ -42,11 +42,13 @@ var laneSorts = map[string]func(a, b laneRow) int{
 		}
 		return cmp.Or(-cmp.Compare(a.HeadAge, b.HeadAge), cmp.Compare(a.Lane, b.Lane))
 	},
-	"lane":    func(a, b laneRow) int { return cmp.Compare(a.Lane, b.Lane) },
-	"backlog": func(a, b laneRow) int { return cmp.Or(cmp.Compare(a.Eligible, b.Eligible), cmp.Compare(a.Lane, b.Lane)) },
-	"age":     func(a, b laneRow) int { return cmp.Or(cmp.Compare(a.HeadAge, b.HeadAge), cmp.Compare(a.Lane, b.Lane)) },
-	"holder":  func(a, b laneRow) int { return cmp.Or(cmp.Compare(a.Holder, b.Holder), cmp.Compare(a.Lane, b.Lane)) },
-	"expiry":  func(a, b laneRow) int { return cmp.Or(a.LeaseUntil.Compare(b.LeaseUntil), cmp.Compare(a.Lane, b.Lane)) },
+	"lane": func(a, b laneRow) int { return cmp.Compare(a.Lane, b.Lane) },
+	"backlog": func(a, b laneRow) int {
+		return cmp.Or(cmp.Compare(a.Eligible, b.Eligible), cmp.Compare(a.Lane, b.Lane))
+	},
+	"age":    func(a, b laneRow) int { return cmp.Or(cmp.Compare(a.HeadAge, b.HeadAge), cmp.Compare(a.Lane, b.Lane)) },
+	"holder": func(a, b laneRow) int { return cmp.Or(cmp.Compare(a.Holder, b.Holder), cmp.Compare(a.Lane, b.Lane)) },
+	"expiry": func(a, b laneRow) int { return cmp.Or(a.LeaseUntil.Compare(b.LeaseUntil), cmp.Compare(a.Lane, b.Lane)) },
 }
 
 // collectLanes joins Stats (eligible count and oldest row per lane), PendingLanes
