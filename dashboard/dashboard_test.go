@@ -19,6 +19,17 @@ import (
 	"github.com/relayer-go/watermill-outbox/internal/dashseed"
 )
 
+func TestInboxView(t *testing.T) {
+	store, _ := dashseed.Open(t, dashseed.Services[1], "", false)
+	seed(t, store)
+	h, err := dashboard.New(store, dashboard.Config{}, nil)
+	must(t, err)
+	_, body := newClient(t, h).get("inbox")
+	if !strings.Contains(body, `<div class="v" id="entries">3</div>`) || !strings.Contains(body, `<div class="v" id="duplicates">1</div>`) {
+		t.Errorf("inbox page lacks 3 entries and 1 duplicate:\n%s", body)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	store := fakeStore{}
 	if _, err := dashboard.New(nil, dashboard.Config{}, nil); !errors.Is(err, dashboard.ErrNoStore) {
@@ -43,49 +54,12 @@ func TestConfigValidate(t *testing.T) {
 // fakeStore satisfies the interface for construction only (no I/O happens in New).
 type fakeStore struct{ outbox.Store }
 
-// seeded is what seed wrote.
-type seeded struct {
-	parkedPayments, parkedEmails []outbox.ID
-	hostile                      []outbox.Record
-}
-
-// seed writes 3 unordered and 4 ordered eligible rows, 2 scheduled rows, 2 parked
-// "payments" rows (error "timeout"), 3 parked "emails" rows (error "SMTP refused")
-// and the hostile rows, parked with a hostile error.
-func seed(t *testing.T, store outbox.Store) seeded {
+func seed(t *testing.T, store outbox.Store) dashseed.Seeded {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	n := store.Options().Lanes
-	now := time.Now().UTC().Add(-time.Minute)
-	var recs []outbox.Record
-	for i := range 3 {
-		recs = append(recs, dashseed.Row("orders", "", []byte{byte(i)}, nil, now, n))
-	}
-	for _, k := range []string{"k1", "k1", "k2", "k3"} {
-		recs = append(recs, dashseed.Row("orders", k, []byte("o"), nil, now, n))
-	}
-	for range 2 {
-		r := dashseed.Row("later", "", nil, nil, now, n)
-		r.DeliverAt = now.Add(time.Hour)
-		recs = append(recs, r)
-	}
-	must(t, dashseed.Insert(ctx, store, recs))
-	var s seeded
-	pay := []outbox.Record{dashseed.Row("payments", "", []byte(`{"a":1}`), map[string]string{"x": "y"}, now, n),
-		dashseed.Row("payments", "p1", []byte("p"), nil, now, n)}
-	must(t, dashseed.Park(ctx, store, pay, "timeout talking to broker", 2))
-	em := []outbox.Record{dashseed.Row("emails", "", nil, nil, now, n), dashseed.Row("emails", "", nil, nil, now, n),
-		dashseed.Row("emails", "", nil, nil, now, n)}
-	must(t, dashseed.Park(ctx, store, em, "SMTP refused", 2))
-	s.hostile = dashseed.HostileRows(now, n)
-	must(t, dashseed.Park(ctx, store, s.hostile, dashseed.HostileText("error"), 2))
-	for _, r := range pay {
-		s.parkedPayments = append(s.parkedPayments, r.ID)
-	}
-	for _, r := range em {
-		s.parkedEmails = append(s.parkedEmails, r.ID)
-	}
+	s, err := dashseed.Standard(ctx, store)
+	must(t, err)
 	return s
 }
 
@@ -180,7 +154,7 @@ func checkOverview(t *testing.T, c *client) {
 	}
 }
 
-func checkParked(t *testing.T, c *client, s seeded) {
+func checkParked(t *testing.T, c *client, s dashseed.Seeded) {
 	_, all := c.get("parked")
 	if n := len(dataID.FindAllString(all, -1)); n != 9 {
 		t.Errorf("parked list shows %d rows, want 9", n)
@@ -191,8 +165,8 @@ func checkParked(t *testing.T, c *client, s seeded) {
 			t.Errorf("parked?%s shows %d rows, want %d", q, n, want)
 		}
 	}
-	_, body := c.get("row?id=" + s.parkedPayments[0].String())
-	if !strings.Contains(body, "&#34;a&#34;: 1") && !strings.Contains(body, `&quot;a&quot;: 1`) {
+	_, body := c.get("row?id=" + s.ParkedPayments[0].String())
+	if !strings.Contains(body, "&#34;amount&#34;: 12.5") {
 		t.Errorf("row view lacks the pretty-printed JSON payload:\n%s", body)
 	}
 	if code, _ := c.get("row?id=" + outbox.NewID().String()); code != 404 {
@@ -200,9 +174,9 @@ func checkParked(t *testing.T, c *client, s seeded) {
 	}
 }
 
-func checkHostile(t *testing.T, c *client, s seeded) {
+func checkHostile(t *testing.T, c *client, s dashseed.Seeded) {
 	pages := []string{"parked", "parked?topic=" + url.QueryEscape(dashseed.Script), "find?key=" + url.QueryEscape(dashseed.HostileText("key"))}
-	for _, r := range s.hostile {
+	for _, r := range s.Hostile {
 		pages = append(pages, "row?id="+r.ID.String())
 	}
 	for _, p := range pages {
@@ -219,7 +193,7 @@ func checkHostile(t *testing.T, c *client, s seeded) {
 			t.Errorf("%s: page is %d bytes; want it bounded", p, len(body))
 		}
 	}
-	_, body := c.get("row?id=" + s.hostile[3].ID.String())
+	_, body := c.get("row?id=" + s.Hostile[3].ID.String())
 	if !strings.Contains(body, `<span id="meta-more">9,900</span>`) {
 		t.Errorf("10,000 metadata entries: the page does not say 9,900 more")
 	}
@@ -235,7 +209,7 @@ func csrf(t *testing.T, c *client, page string) string {
 	return m[1]
 }
 
-func checkMutations(t *testing.T, c *client, store outbox.Store, s seeded) {
+func checkMutations(t *testing.T, c *client, store outbox.Store, s dashseed.Seeded) {
 	origin := strings.TrimSuffix(c.base, "/outbox/")
 	// Confirmation names the count; the action changes exactly those rows.
 	_, body := c.get("confirm?op=requeue&topic=payments")
@@ -243,7 +217,7 @@ func checkMutations(t *testing.T, c *client, store outbox.Store, s seeded) {
 		t.Fatalf("confirmation does not name 2 rows:\n%s", body)
 	}
 	tok := csrf(t, c, "confirm?op=requeue&topic=payments")
-	form := url.Values{"op": {"requeue"}, "id": {s.parkedPayments[0].String(), s.parkedPayments[1].String()}}
+	form := url.Values{"op": {"requeue"}, "id": {s.ParkedPayments[0].String(), s.ParkedPayments[1].String()}}
 	if code, _ := c.post(form, origin); code != 403 {
 		t.Errorf("without a CSRF token: %d, want 403", code)
 	}
@@ -259,7 +233,7 @@ func checkMutations(t *testing.T, c *client, store outbox.Store, s seeded) {
 	if code != 200 || !strings.Contains(body, `<strong id="result-count">2</strong>`) {
 		t.Fatalf("requeue: %d\n%s", code, body)
 	}
-	form = url.Values{"op": {"purge"}, "csrf": {tok}, "id": {s.parkedEmails[0].String()}}
+	form = url.Values{"op": {"purge"}, "csrf": {tok}, "id": {s.ParkedEmails[0].String()}}
 	if code, body := c.post(form, origin); code != 200 || !strings.Contains(body, `<strong id="result-count">1</strong>`) {
 		t.Fatalf("purge: %d\n%s", code, body)
 	}
@@ -270,7 +244,7 @@ func checkMutations(t *testing.T, c *client, store outbox.Store, s seeded) {
 	}
 }
 
-func checkReadOnly(t *testing.T, store outbox.Store, s seeded) {
+func checkReadOnly(t *testing.T, store outbox.Store, s dashseed.Seeded) {
 	h, err := dashboard.New(store, dashboard.Config{}, nil)
 	must(t, err)
 	c := newClient(t, h)
@@ -281,7 +255,7 @@ func checkReadOnly(t *testing.T, store outbox.Store, s seeded) {
 	if code, _ := c.get("confirm?op=purge&topic=emails"); code != 403 {
 		t.Errorf("read-only confirm: %d, want 403", code)
 	}
-	form := url.Values{"op": {"purge"}, "csrf": {"x"}, "id": {s.parkedEmails[1].String()}}
+	form := url.Values{"op": {"purge"}, "csrf": {"x"}, "id": {s.ParkedEmails[1].String()}}
 	if code, _ := c.post(form, ""); code != 403 {
 		t.Errorf("read-only purge: %d, want 403", code)
 	}
