@@ -18,6 +18,7 @@ const (
 	FieldBytesDefault      = 512
 	MetadataEntriesDefault = 100
 	RateWindowDefault      = 5 * time.Minute
+	SnapshotMaxAgeDefault  = 2 * time.Second
 	TitleDefault           = "watermill-outbox"
 )
 
@@ -87,6 +88,15 @@ type Config struct {
 	// Defaults to RateWindowDefault (5m).
 	RateWindow time.Duration
 
+	// SnapshotMaxAge is how long one read of the backlog figures (Stats, the pending
+	// count, PendingLanes, Leases, Members: the overview and the lanes view) is shared by
+	// every request and viewer: Stats counts the whole backlog, so the dashboard runs at
+	// most one such read at a time, however many people watch. A page asked for later
+	// (up to a minute) shows the last figures at once, with the instant they were read,
+	// and starts a fresh read for the next request. A negative value reads them for
+	// every request, and the page waits. Defaults to SnapshotMaxAgeDefault (2s).
+	SnapshotMaxAge time.Duration
+
 	// Actor names the person behind a request in the mutation log, for example the user
 	// the application's authentication middleware put in the request's context.
 	// Defaults to nil: the log names the remote address only.
@@ -111,6 +121,7 @@ func (c *Config) setDefaults() {
 	defDur(&c.QueryTimeout, QueryTimeoutDefault)
 	defDur(&c.StuckAfter, StuckAfterDefault)
 	defDur(&c.RateWindow, RateWindowDefault)
+	defDur(&c.SnapshotMaxAge, SnapshotMaxAgeDefault)
 	def(&c.PageSize, PageSizeDefault)
 	def(&c.ScanLimit, ScanLimitDefault)
 	def(&c.MaxActionRows, MaxActionRowsDefault)

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,5 +260,35 @@ func checkReadOnly(t *testing.T, store outbox.Store, s dashseed.Seeded) {
 	form := url.Values{"op": {"purge"}, "csrf": {"x"}, "id": {s.ParkedEmails[1].String()}}
 	if code, _ := c.post(form, ""); code != 403 {
 		t.Errorf("read-only purge: %d, want 403", code)
+	}
+}
+
+// countingStore counts the Stats statements the dashboard runs.
+type countingStore struct {
+	outbox.Store
+	stats atomic.Int64
+}
+
+func (c *countingStore) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) {
+	c.stats.Add(1)
+	return c.Store.Stats(ctx, now)
+}
+
+// TestSnapshotShared: twenty viewers refreshing at once cost one Stats statement; a
+// later request within a minute gets the last figures at once and starts one read.
+func TestSnapshotShared(t *testing.T) {
+	store, _ := dashseed.Open(t, dashseed.Services[1], "", false)
+	cs := &countingStore{Store: store}
+	h, err := dashboard.New(cs, dashboard.Config{SnapshotMaxAge: time.Hour}, nil)
+	must(t, err)
+	c := newClient(t, h)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { overviewJSON(t, c) })
+	}
+	wg.Wait()
+	c.get("lanes")
+	if n := cs.stats.Load(); n != 1 {
+		t.Errorf("20 overviews and a lanes page ran Stats %d times, want 1", n)
 	}
 }

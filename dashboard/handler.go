@@ -38,6 +38,7 @@ type Handler struct {
 	origin *http.CrossOriginProtection
 	now    func() time.Time
 
+	snaps   snapshots
 	mu      sync.Mutex
 	samples []sample // backlog samples behind the overview's rate (see rate.go)
 }

@@ -28,6 +28,7 @@ type lanesView struct {
 	Sort, Dir  string
 	StuckCount int
 	StuckAfter time.Duration
+	At         time.Time // when the figures were read
 }
 
 // laneSorts are the lanes view's sort keys; "stuck" (the default) puts stuck lanes first,
@@ -51,11 +52,14 @@ var laneSorts = map[string]func(a, b laneRow) int{
 	"expiry": func(a, b laneRow) int { return cmp.Or(a.LeaseUntil.Compare(b.LeaseUntil), cmp.Compare(a.Lane, b.Lane)) },
 }
 
-// collectLanes joins Stats (eligible count and oldest row per lane), PendingLanes
-// (lanes with any pending row) and Leases; every lane that appears in one of them is
-// listed.
-func (h *Handler) collectLanes(ctx context.Context) ([]laneRow, []string) {
-	now := h.now().UTC()
+// collectLanes joins, from a snapshot, Stats (eligible count and oldest row per lane),
+// PendingLanes (lanes with any pending row) and Leases; every lane that appears in one
+// of them is listed.
+func (h *Handler) collectLanes(ctx context.Context) ([]laneRow, time.Time, []string) {
+	snap, err := h.snapshot(ctx)
+	if err != nil {
+		return nil, time.Time{}, []string{h.problem("backlog figures", err)}
+	}
 	by := map[int]*laneRow{}
 	get := func(lane int) *laneRow {
 		if by[lane] == nil {
@@ -64,39 +68,35 @@ func (h *Handler) collectLanes(ctx context.Context) ([]laneRow, []string) {
 		return by[lane]
 	}
 	var problems []string
-	if st, err := h.store.Stats(ctx, now); err != nil {
-		problems = append(problems, h.problem("backlog statistics", err))
-	} else {
-		for _, l := range st.Lanes {
-			if l.Lane == outbox.Unordered {
-				continue
-			}
-			lr := get(l.Lane)
-			lr.Eligible, lr.Pending = l.Eligible, true
-			if l.Eligible > 0 && !l.OldestEligible.IsZero() {
-				lr.HeadAge = max(0, now.Sub(l.OldestEligible))
-			}
+	for _, p := range []struct {
+		what string
+		err  error
+	}{{"backlog statistics", snap.StatsErr}, {"pending lanes", snap.LanesErr}, {"lane leases", snap.LeasesErr}} {
+		if p.err != nil {
+			problems = append(problems, h.problem(p.what, p.err))
 		}
 	}
-	if pl, err := h.store.PendingLanes(ctx); err != nil {
-		problems = append(problems, h.problem("pending lanes", err))
-	} else {
-		for _, lane := range pl {
-			get(lane).Pending = true
+	for _, l := range snap.Stats.Lanes {
+		if l.Lane == outbox.Unordered {
+			continue
+		}
+		lr := get(l.Lane)
+		lr.Eligible, lr.Pending = l.Eligible, true
+		if l.Eligible > 0 && !l.OldestEligible.IsZero() {
+			lr.HeadAge = max(0, snap.At.Sub(l.OldestEligible))
 		}
 	}
-	if leases, err := h.store.Leases(ctx); err != nil {
-		problems = append(problems, h.problem("lane leases", err))
-	} else {
-		for _, l := range leases {
-			lr := get(l.Lane)
-			owner, _ := clip(l.Owner, h.config.FieldBytes)
-			lr.LeaseUntil = l.ExpiresAt.UTC()
-			if l.Live {
-				lr.Holder = owner
-			} else {
-				lr.Expired = owner
-			}
+	for _, lane := range snap.Lanes {
+		get(lane).Pending = true
+	}
+	for _, l := range snap.Leases {
+		lr := get(l.Lane)
+		owner, _ := clip(l.Owner, h.config.FieldBytes)
+		lr.LeaseUntil = l.ExpiresAt.UTC()
+		if l.Live {
+			lr.Holder = owner
+		} else {
+			lr.Expired = owner
 		}
 	}
 	out := make([]laneRow, 0, len(by))
@@ -104,7 +104,7 @@ func (h *Handler) collectLanes(ctx context.Context) ([]laneRow, []string) {
 		h.judge(lr)
 		out = append(out, *lr)
 	}
-	return out, problems
+	return out, snap.At, problems
 }
 
 // judge marks a lane stuck: eligible rows and no live lease, or a head older than
@@ -121,8 +121,8 @@ func (h *Handler) judge(lr *laneRow) {
 func (h *Handler) lanesPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.queryContext(r)
 	defer cancel()
-	rows, problems := h.collectLanes(ctx)
-	v := lanesView{Lanes: rows, Sort: r.URL.Query().Get("sort"), Dir: r.URL.Query().Get("dir"), StuckAfter: h.config.StuckAfter}
+	rows, at, problems := h.collectLanes(ctx)
+	v := lanesView{Lanes: rows, At: at, Sort: r.URL.Query().Get("sort"), Dir: r.URL.Query().Get("dir"), StuckAfter: h.config.StuckAfter}
 	less, ok := laneSorts[v.Sort]
 	if !ok {
 		v.Sort, less = "stuck", laneSorts["stuck"]

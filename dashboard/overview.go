@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sort"
 	"time"
@@ -25,6 +26,7 @@ type overview struct {
 	Rate         rate       `json:"rate"`
 	Instances    []instance `json:"instances"`
 	Problems     []string   `json:"problems"`
+	ReadSeconds  float64    `json:"read_seconds"` // how long reading these figures took
 }
 
 // instance is one forwarder process as the members and lease tables show it.
@@ -35,51 +37,47 @@ type instance struct {
 	LeaseUntil time.Time `json:"lease_until"` // latest expiry among its live leases
 }
 
-// collectOverview reads the figures: Stats (the store's bounded backlog statement),
-// Count at farFuture, Members and Leases. A failed part is named in Problems and the
-// others are still shown.
+// collectOverview builds the overview from a snapshot. A failed part is named in
+// Problems and the others are still shown.
 func (h *Handler) collectOverview(ctx context.Context) overview {
-	now := h.now().UTC()
-	ov := overview{Now: now, Instances: []instance{}, Problems: []string{}}
-	st, err := h.store.Stats(ctx, now)
+	ov := overview{Now: h.now().UTC(), Instances: []instance{}, Problems: []string{}}
+	snap, err := h.snapshot(ctx)
 	if err != nil {
-		ov.Problems = append(ov.Problems, h.problem("backlog statistics", err))
+		ov.Problems = append(ov.Problems, h.problem("backlog figures", err))
+		return ov
 	}
-	for _, l := range st.Lanes {
+	ov.Now, ov.ReadSeconds = snap.At, snap.Took.Seconds()
+	if snap.StatsErr != nil {
+		ov.Problems = append(ov.Problems, h.problem("backlog statistics", snap.StatsErr))
+	}
+	for _, l := range snap.Stats.Lanes {
 		if l.Lane == outbox.Unordered {
 			ov.Unordered += l.Eligible
 		} else {
 			ov.Ordered += l.Eligible
 		}
 		if !l.OldestEligible.IsZero() && l.Eligible > 0 {
-			ov.OldestAgeSec = max(ov.OldestAgeSec, now.Sub(l.OldestEligible).Seconds())
+			ov.OldestAgeSec = max(ov.OldestAgeSec, snap.At.Sub(l.OldestEligible).Seconds())
 		}
 	}
-	ov.Parked = st.Parked
-	if pending, err := h.store.Count(ctx, farFuture); err != nil {
-		ov.Problems = append(ov.Problems, h.problem("pending count", err))
+	ov.Parked = snap.Stats.Parked
+	if snap.PendingErr != nil {
+		ov.Problems = append(ov.Problems, h.problem("pending count", snap.PendingErr))
 	} else {
-		ov.Pending = pending
-		ov.Waiting = max(0, pending-ov.Ordered-ov.Unordered)
-		ov.Rate = h.sample(now, pending)
+		ov.Pending = snap.Pending
+		ov.Waiting = max(0, snap.Pending-ov.Ordered-ov.Unordered)
+		ov.Rate = snap.Rate
 	}
-	ov.Instances, err = h.instances(ctx)
-	if err != nil {
+	if err := errors.Join(snap.MembersErr, snap.LeasesErr); err != nil {
 		ov.Problems = append(ov.Problems, h.problem("forwarder instances", err))
+	} else {
+		ov.Instances = h.instances(snap.Members, snap.Leases)
 	}
 	return ov
 }
 
 // instances joins the live members with the lease holders.
-func (h *Handler) instances(ctx context.Context) ([]instance, error) {
-	members, err := h.store.Members(ctx)
-	if err != nil {
-		return []instance{}, err
-	}
-	leases, err := h.store.Leases(ctx)
-	if err != nil {
-		return []instance{}, err
-	}
+func (h *Handler) instances(members []string, leases []outbox.Lease) []instance {
 	by := map[string]*instance{}
 	get := func(owner string) *instance {
 		if by[owner] == nil {
@@ -106,7 +104,7 @@ func (h *Handler) instances(ctx context.Context) ([]instance, error) {
 		out = append(out, *in)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Owner < out[j].Owner })
-	return out, nil
+	return out
 }
 
 type overviewView struct {

@@ -92,9 +92,29 @@ func (f filter) match(rec *outbox.Record, now time.Time) bool {
 		(f.MinAge == 0 || now.Sub(rec.CreatedAt) >= f.MinAge)
 }
 
-// scanBatch is how many parked rows one ListParked call of a scan returns: rows come
-// with their payloads, so batches stay small.
-const scanBatch = 25
+// A scan reads parked rows in batches that adapt to their size: rows come with their
+// payloads (Store.ListParked), so a batch starts at PageSize rows (at least scanBatchMin) and doubles, up
+// to scanBatchMax, while a batch's payloads and metadata stay under scanBatchBytes;
+// larger ones halve it. Few statements on ordinary rows, bounded memory on huge ones.
+const (
+	scanBatchMin   = 25
+	scanBatchMax   = 400
+	scanBatchBytes = 4 << 20
+)
+
+func nextBatch(batch int, recs []outbox.Record) int {
+	size := 0
+	for i := range recs {
+		size += len(recs[i].Body) + len(recs[i].Headers)
+	}
+	if size < scanBatchBytes/2 {
+		return min(2*batch, scanBatchMax)
+	}
+	if size > scanBatchBytes {
+		return max(batch/2, 1)
+	}
+	return batch
+}
 
 // scanResult is what a bounded scan found.
 type scanResult struct {
@@ -113,10 +133,11 @@ func (h *Handler) scan(ctx context.Context, f filter, want, budget int) (scanRes
 		key = &f.Key
 	}
 	now := h.now().UTC()
+	batch := min(max(scanBatchMin, h.config.PageSize), scanBatchMax)
 	for {
-		limit := min(scanBatch, budget-res.Scanned)
+		limit := min(batch, budget-res.Scanned)
 		if !f.local() {
-			limit = min(4*scanBatch, want-len(res.Rows), budget-res.Scanned) // every row matches
+			limit = min(limit, want-len(res.Rows)) // every row matches
 		}
 		recs, err := h.store.ListParked(ctx, outbox.ParkedQuery{After: res.Last, Limit: limit, OrderingKey: key})
 		if err != nil {
@@ -127,8 +148,9 @@ func (h *Handler) scan(ctx context.Context, f filter, want, budget int) (scanRes
 			res.Last = rec.ID
 			res.Scanned++
 			if f.match(rec, now) {
-				rec.Body, rec.Headers = nil, nil
-				res.Rows = append(res.Rows, *rec)
+				kept := *rec
+				kept.Body, kept.Headers = nil, nil
+				res.Rows = append(res.Rows, kept)
 				if len(res.Rows) == want {
 					res.More = true // maybe: the next page says
 					return res, nil
@@ -142,6 +164,7 @@ func (h *Handler) scan(ctx context.Context, f filter, want, budget int) (scanRes
 			res.More = true
 			return res, nil
 		}
+		batch = nextBatch(batch, recs)
 	}
 }
 

@@ -171,7 +171,10 @@ func (b *browser) inert(t *testing.T, where string) {
 
 // site serves a dashboard with mutations at /outbox/ and a read-only one at /ro/.
 func site(t *testing.T, store outbox.Store) string {
-	rw, err := dashboard.New(store, dashboard.Config{AllowMutations: true, RefreshInterval: time.Second, StuckAfter: time.Hour, Title: "orders outbox"}, nil)
+	// SnapshotMaxAge -1: every page reads the figures afresh, so that each check sees
+	// the change it made (dashboard_test.TestSnapshotShared covers the sharing).
+	rw, err := dashboard.New(store, dashboard.Config{AllowMutations: true, RefreshInterval: time.Second, StuckAfter: time.Hour,
+		SnapshotMaxAge: -1, Title: "orders outbox"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

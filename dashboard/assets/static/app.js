@@ -58,6 +58,7 @@
     set("rate", o.rate.valid ? Math.round(o.rate.drain_per_min) + "/min" : "measuring…");
     instances(o.instances || []);
     set("updated", stamp(o.now));
+    set("took", Number(o.read_seconds).toFixed(2));
     body.dataset.refreshed = String((parseInt(body.dataset.refreshed, 10) || 0) + 1);
   }
   function tick() {
