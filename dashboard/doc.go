@@ -44,9 +44,15 @@
 //     lane (Store.Read) and its parked rows (Store.ListParked by key). The store contract
 //     has no lookup by message UUID, so the dashboard offers none.
 //
-// Each figure comes from the store's own bounded statements (Stats, Count, PendingLanes,
-// Leases, Members, ListParked with small limits); a request's database work is bounded
-// by Config.QueryTimeout. A part that fails is named on the page ("failed: the
+// The overview and the lanes view show one snapshot of the backlog figures: Stats,
+// Count (at a far-future instant: every pending row), PendingLanes, Leases and Members,
+// read at once on five connections. Stats and Count read every pending row, so one
+// snapshot serves every page and viewer for Config.SnapshotMaxAge, at most one is read
+// at a time, and a page asked for later (up to a minute) shows the last one at once,
+// with the instant it was read, while a fresh one is read for the next request. The
+// other views read rows with small limits (ListParked, Head, Read, InboxStats); a
+// request's database work is bounded by Config.QueryTimeout. Page times over a
+// 1,000,000-row backlog are in benchmarks/README.md. A part that fails is named on the page ("failed: the
 // application log has the error") and the other parts are still shown; database
 // errors go to the log, never into a page.
 //
