@@ -97,6 +97,12 @@ type Config struct {
 	// every request, and the page waits. Defaults to SnapshotMaxAgeDefault (2s).
 	SnapshotMaxAge time.Duration
 
+	// TrustedOrigins are origins ("https://admin.example.com") whose pages may post
+	// mutations besides the dashboard's own (net/http's CrossOriginProtection compares
+	// a browser's Origin with the request's Host; behind a proxy that rewrites Host,
+	// name the origin people use). Defaults to none.
+	TrustedOrigins []string
+
 	// Actor names the person behind a request in the mutation log, for example the user
 	// the application's authentication middleware put in the request's context.
 	// Defaults to nil: the log names the remote address only.

@@ -42,6 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		"ScanLimit":       {ScanLimit: -1},
 		"RefreshInterval": {RefreshInterval: time.Millisecond},
 		"PreviewBytes":    {PreviewBytes: dashboard.PreviewBytesMax + 1},
+		"TrustedOrigins":  {TrustedOrigins: []string{"not a url"}},
 	} {
 		_, err := dashboard.New(store, c, nil)
 		if !errors.Is(err, dashboard.ErrInvalidConfig) || !strings.Contains(err.Error(), field) {

@@ -60,8 +60,13 @@ func New(store outbox.Store, config Config, logger watermill.LoggerAdapter) (*Ha
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: templates: %w", err)
 	}
-	h := &Handler{store: store, config: config, logger: logger, pages: pages,
-		origin: http.NewCrossOriginProtection(), now: time.Now}
+	origin := http.NewCrossOriginProtection()
+	for _, o := range config.TrustedOrigins {
+		if err := origin.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("%w: Config.TrustedOrigins: %w", ErrInvalidConfig, err)
+		}
+	}
+	h := &Handler{store: store, config: config, logger: logger, pages: pages, origin: origin, now: time.Now}
 	h.routes()
 	return h, nil
 }
