@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -134,6 +135,8 @@ func TestDashboard(t *testing.T) {
 			c := newClient(t, h)
 			t.Run("overview", func(t *testing.T) { checkOverview(t, c) })
 			t.Run("parked", func(t *testing.T) { checkParked(t, c, s) })
+			t.Run("paging", func(t *testing.T) { checkPaging(t, store) })
+			t.Run("find", func(t *testing.T) { checkFind(t, c, store) })
 			t.Run("hostile", func(t *testing.T) { checkHostile(t, c, s) })
 			t.Run("mutations", func(t *testing.T) { checkMutations(t, c, store, s) })
 			t.Run("readonly", func(t *testing.T) { checkReadOnly(t, store, s) })
@@ -174,6 +177,59 @@ func checkParked(t *testing.T, c *client, s dashseed.Seeded) {
 	}
 	if code, _ := c.get("row?id=" + outbox.NewID().String()); code != 404 {
 		t.Errorf("unknown row: %d, want 404", code)
+	}
+}
+
+// checkPaging: nine parked rows, four a page, each row once; the last page has no next
+// link.
+var nextLink = regexp.MustCompile(`<a id="next" href="parked\?([^"]+)">`)
+
+func checkPaging(t *testing.T, store outbox.Store) {
+	h, err := dashboard.New(store, dashboard.Config{PageSize: 4}, nil)
+	must(t, err)
+	c := newClient(t, h)
+	seen := map[string]bool{}
+	q := ""
+	for page := 1; ; page++ {
+		_, body := c.get("parked?" + q)
+		for _, m := range regexp.MustCompile(`<tr data-id="([^"]+)"`).FindAllStringSubmatch(body, -1) {
+			if seen[m[1]] {
+				t.Errorf("row %s listed twice", m[1])
+			}
+			seen[m[1]] = true
+		}
+		m := nextLink.FindStringSubmatch(body)
+		if m == nil {
+			break
+		}
+		if page > 5 {
+			t.Fatal("more than 5 pages of 4 for 9 rows")
+		}
+		q = strings.ReplaceAll(m[1], "&amp;", "&")
+	}
+	if len(seen) != dashseed.StdParked {
+		t.Errorf("paging showed %d rows, want %d", len(seen), dashseed.StdParked)
+	}
+	if code, _ := c.get("action"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET action: %d, want 405", code)
+	}
+}
+
+// checkFind: key k1's lane, its two eligible rows, and key p1's parked row.
+func checkFind(t *testing.T, c *client, store outbox.Store) {
+	lane := dashseed.Row("", "k1", nil, nil, time.Now(), store.Options().Lanes).Lane
+	_, body := c.get("find?key=k1")
+	if !strings.Contains(body, fmt.Sprintf(`<strong id="find-lane">%d</strong>`, lane)) {
+		t.Errorf("find k1 does not name lane %d:\n%s", lane, body)
+	}
+	pending := body[strings.Index(body, `id="find-pending"`):strings.Index(body, `id="find-parked"`)]
+	if n := strings.Count(pending, "<tr><td class=\"mono\">"); n != 2 {
+		t.Errorf("find k1 lists %d eligible rows, want 2", n)
+	}
+	_, body = c.get("find?key=p1")
+	parked := body[strings.Index(body, `id="find-parked"`):]
+	if n := strings.Count(parked, `<a href="row?id=`); n != 1 {
+		t.Errorf("find p1 lists %d parked rows, want 1", n)
 	}
 }
 

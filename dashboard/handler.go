@@ -84,6 +84,10 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /find", h.findPage)
 	m.HandleFunc("GET /confirm", h.confirmPage)
 	m.HandleFunc("POST /action", h.action)
+	m.HandleFunc("/action", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodPost)
+		h.fail(w, r, http.StatusMethodNotAllowed, "mutations are POST only")
+	})
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "no such page")
 	})
