@@ -2,6 +2,7 @@ package dashseed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,18 +17,22 @@ type Seeded struct {
 	Hostile        []outbox.Record
 }
 
+// Parked is how many rows Standard parked: 2 payments, 3 emails and the hostile rows
+// (4, and a fifth where the store takes an ordering key that is not UTF-8).
+func (s Seeded) Parked() int { return 5 + len(s.Hostile) }
+
 // Figures of Standard's rows, as the dashboard shows them.
 const (
 	StdOrdered    = 4 // eligible rows in lanes (keys k1, k1, k2, k3)
 	StdUnordered  = 3
 	StdScheduled  = 2 // due in an hour
-	StdParked     = 9 // 2 payments, 3 emails, 4 hostile
 	StdInbox      = 3 // entries: billing u1, u2; shipping u1
 	StdDuplicates = 1 // billing u1 delivered twice
 )
 
-// HostileError is the last error of the hostile parked rows.
-var HostileError = HostileText("error")
+// HostileError is the last error of the hostile parked rows (with invalid UTF-8: the
+// stores keep error texts as given, or replace what their column cannot hold).
+var HostileError = HostileText("error") + " \xff\xfe"
 
 // Standard writes a minute ago: 3 unordered and 4 ordered eligible "orders" rows, 2
 // rows scheduled an hour ahead, 2 parked "payments" rows (error "timeout talking to
@@ -64,6 +69,11 @@ func Standard(ctx context.Context, store outbox.Store) (Seeded, error) {
 			return s, err
 		}
 	}
+	if r, ok, err := invalidKeyRow(ctx, store, s.At); err != nil {
+		return s, err
+	} else if ok {
+		s.Hostile = append(s.Hostile, r)
+	}
 	for _, r := range pay {
 		s.ParkedPayments = append(s.ParkedPayments, r.ID)
 	}
@@ -71,6 +81,19 @@ func Standard(ctx context.Context, store outbox.Store) (Seeded, error) {
 		s.ParkedEmails = append(s.ParkedEmails, r.ID)
 	}
 	return s, inboxEntries(ctx, store, s.At)
+}
+
+// invalidKeyRow parks a row whose ordering key is markup with invalid UTF-8, when the
+// store takes such a key (MySQL keeps keys as bytes; PostgreSQL refuses them with
+// ErrInvalidRecord, and then there is no such row).
+func invalidKeyRow(ctx context.Context, store outbox.Store, at time.Time) (outbox.Record, bool, error) {
+	r := Row(HostileText("badkey"), "k\xff\xfe"+Script, []byte("x"), nil, at, store.Options().Lanes)
+	r.MessageType, r.Transport, r.TenantID = HostileText("type"), HostileText("transport"), HostileText("tenant")
+	err := Park(ctx, store, []outbox.Record{r}, HostileError, 1)
+	if errors.Is(err, outbox.ErrInvalidRecord) {
+		return r, false, nil
+	}
+	return r, err == nil, err
 }
 
 func inboxEntries(ctx context.Context, store outbox.Store, at time.Time) error {
