@@ -67,7 +67,8 @@
 // action is repeated for the rest. Mutations are POST only, refused (403) unless they
 // carry the CSRF token of the dashboard's cookie (double submit, SameSite=Strict,
 // HttpOnly) and pass net/http's CrossOriginProtection (Sec-Fetch-Site, else Origin
-// against Host). Each is logged at info level with the operation, the selection, the
+// against Host; Config.TrustedOrigins adds origins, for a proxy that rewrites Host).
+// Each is logged at info level with the operation, the selection, the
 // rows requested and changed, the first ids, the remote address and Config.Actor's
 // name for the request. Without AllowMutations no action is shown and POSTs are
 // refused.

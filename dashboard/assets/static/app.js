@@ -48,6 +48,18 @@
       tbody.appendChild(tr);
     });
   }
+  // problems lists the parts the last refresh could not read (its own texts, never a
+  // database error), in place of the ones the page was rendered with.
+  function problems(list) {
+    var main = document.querySelector("main");
+    document.querySelectorAll("main > p.problem").forEach(function (p) { p.remove(); });
+    list.slice().reverse().forEach(function (text) {
+      var p = document.createElement("p");
+      p.className = "problem";
+      p.textContent = text;
+      main.insertBefore(p, main.firstChild);
+    });
+  }
   function apply(o) {
     set("ordered", count(o.ordered));
     set("unordered", count(o.unordered));
@@ -57,6 +69,7 @@
     if (parked) parked.textContent = count(o.parked);
     set("rate", o.rate.valid ? Math.round(o.rate.drain_per_min) + "/min" : "measuring…");
     instances(o.instances || []);
+    problems(o.problems || []);
     set("updated", stamp(o.now));
     set("took", Number(o.read_seconds).toFixed(2));
     body.dataset.refreshed = String((parseInt(body.dataset.refreshed, 10) || 0) + 1);
