@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/dashboard"
 	"github.com/relayer-go/watermill-outbox/internal/dashseed"
@@ -347,5 +349,37 @@ func TestSnapshotShared(t *testing.T) {
 	c.get("lanes")
 	if n := cs.stats.Load(); n != 1 {
 		t.Errorf("20 overviews and a lanes page ran Stats %d times, want 1", n)
+	}
+}
+
+// failingStore fails Stats with an error that names a user and a host.
+type failingStore struct{ outbox.Store }
+
+var errStats = errors.New("connect to app_user@10.1.2.3:5432: password authentication failed")
+
+func (failingStore) Stats(context.Context, time.Time) (outbox.Stats, error) { return outbox.Stats{}, errStats }
+
+// TestPartFails: a part that cannot be read is named on the page, its database error
+// goes to the log only, and the other parts are still shown.
+func TestPartFails(t *testing.T) {
+	store, _ := dashseed.Open(t, dashseed.Services[1], "", false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must(t, store.Heartbeat(ctx, "forwarder-b", time.Minute))
+	logs := watermill.NewCaptureLogger()
+	h, err := dashboard.New(failingStore{store}, dashboard.Config{}, logs)
+	must(t, err)
+	c := newClient(t, h)
+	for _, page := range []string{"", "api/overview", "lanes"} {
+		_, body := c.get(page)
+		if !strings.Contains(body, "backlog statistics: failed") || strings.Contains(body, "app_user") || strings.Contains(body, "10.1.2.3") {
+			t.Errorf("%s: want the part named without the database's error:\n%s", page, body)
+		}
+		if page != "lanes" && !strings.Contains(body, "forwarder-b") {
+			t.Errorf("%s: the instances are not shown when the statistics fail", page)
+		}
+	}
+	if !logs.HasError(errStats) {
+		t.Errorf("the database error is not logged")
 	}
 }
