@@ -132,7 +132,9 @@ func TestDashboard(t *testing.T) {
 			t.Parallel()
 			store, _ := dashseed.Open(t, service, "", false)
 			s := seed(t, store)
-			h, err := dashboard.New(store, dashboard.Config{AllowMutations: true}, nil)
+			logs := watermill.NewCaptureLogger()
+			h, err := dashboard.New(store, dashboard.Config{AllowMutations: true,
+				Actor: func(*http.Request) string { return "alice" }}, logs)
 			must(t, err)
 			c := newClient(t, h)
 			t.Run("overview", func(t *testing.T) { checkOverview(t, c, s) })
@@ -140,7 +142,7 @@ func TestDashboard(t *testing.T) {
 			t.Run("paging", func(t *testing.T) { checkPaging(t, store, s) })
 			t.Run("find", func(t *testing.T) { checkFind(t, c, store) })
 			t.Run("hostile", func(t *testing.T) { checkHostile(t, c, s) })
-			t.Run("mutations", func(t *testing.T) { checkMutations(t, c, store, s) })
+			t.Run("mutations", func(t *testing.T) { checkMutations(t, c, store, s); checkLogged(t, logs, s) })
 			t.Run("readonly", func(t *testing.T) { checkReadOnly(t, store, s) })
 		})
 	}
@@ -302,6 +304,23 @@ func checkMutations(t *testing.T, c *client, store outbox.Store, s dashseed.Seed
 	must(t, err)
 	if want := int64(s.Parked() - 3); st.Parked != want {
 		t.Errorf("parked after requeue 2 and purge 1: %d, want %d", st.Parked, want)
+	}
+}
+
+// checkLogged: each mutation is logged with what it changed and who asked.
+func checkLogged(t *testing.T, logs *watermill.CaptureLoggerAdapter, s dashseed.Seeded) {
+	want := map[string]string{
+		"dashboard: parked rows requeued": s.ParkedPayments[0].String() + "," + s.ParkedPayments[1].String(),
+		"dashboard: parked rows purged":   s.ParkedEmails[0].String(),
+	}
+	for _, m := range logs.Captured()[watermill.InfoLogLevel] {
+		ids, ok := want[m.Msg]
+		if ok && m.Fields["ids"] == ids && m.Fields["changed"] == m.Fields["requested"] && m.Fields["actor"] == "alice" {
+			delete(want, m.Msg)
+		}
+	}
+	for msg, ids := range want {
+		t.Errorf("no log %q naming %s, its counts and the actor", msg, ids)
 	}
 }
 
