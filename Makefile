@@ -13,8 +13,12 @@
 # (OUTBOX_TEST_AMQP_URL), NATS (OUTBOX_TEST_NATS_URL) and Redis Streams
 # (OUTBOX_TEST_REDIS_ADDR).
 #
-# OUTBOX_TEST_REQUIRE=mysql,mysql-oracle,postgres,amqp,nats,redis turns those skips into
-# failures (CI does that).
+# The dashboard's browser tests (dashboard/browsertest, a module of its own) drive
+# Debian's headless Chromium (scripts/chromium installs it; OUTBOX_CHROMIUM names
+# another); without one they skip.
+#
+# OUTBOX_TEST_REQUIRE=mysql,mysql-oracle,postgres,amqp,nats,redis,chromium turns those
+# skips into failures (CI does that).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -49,12 +53,12 @@ SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
 	$(if $(call local,$(OUTBOX_TEST_NATS_URL)),nats) \
 	$(if $(call local,$(OUTBOX_TEST_REDIS_ADDR)),redis)
 
-.PHONY: test test-modules test-mysql-oracle test-short vet examples bench bench-short fuzz services demo help
+.PHONY: test test-modules test-mysql-oracle test-short vet examples bench bench-short fuzz services demo help screenshots
 
 # The library is the root module; what needs more (brokers, Watermill components, the
 # Prometheus client, the examples) lives in modules of its own, so that a user's go.mod
 # gains none of it. Each is tested with -race; benchmarks (the harness's short run) without.
-MODULES := . e2e _examples forwarder/prometheus inbox/prometheus wakeup/brokertest
+MODULES := . e2e _examples forwarder/prometheus inbox/prometheus wakeup/brokertest dashboard/browsertest
 
 ## test: go vet, build the examples, then go test -race in every module against the local services (MariaDB, PostgreSQL, RabbitMQ) and the harness's short run, then test-mysql-oracle
 test: services vet examples
@@ -118,6 +122,13 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$dir" || exit 1; \
 		done; \
 	done
+
+## screenshots: regenerate the dashboard's screenshots in docs/ (headless Chromium over the local PostgreSQL)
+screenshots:
+	scripts/services postgres
+	OUTBOX_CHROMIUM="$$(scripts/chromium)" && export OUTBOX_CHROMIUM && \
+		cd dashboard/browsertest && OUTBOX_SCREENSHOTS="$(CURDIR)/docs" OUTBOX_TEST_MYSQL_DSN= \
+		$(GO) test -count=1 -run 'TestBrowser/postgres' .
 
 ## services: start (or reuse) the local MariaDB, PostgreSQL and RabbitMQ
 services:

@@ -8,6 +8,7 @@
 //	outboxctl parked requeue -dsn "$DSN" (-id ID[,ID...] | -key K | -all)
 //	outboxctl parked purge   -dsn "$DSN" (-id ID[,ID...] | -key K | -all) --yes
 //	outboxctl leases        -dsn "$DSN" [--json]                    # lane leases and live forwarders
+//	outboxctl serve         -dsn "$DSN" [-listen 127.0.0.1:8080] [-allow-mutations]  # the web dashboard
 //
 // Every command takes -dialect (mysql, postgres or sqlserver; guessed from the DSN when
 // omitted), -dsn (or the OUTBOX_DSN environment variable), -schema, -prefix and -lanes,
@@ -37,6 +38,13 @@
 // created_at, deliver_at, body_bytes}]; parked requeue/purge {action, rows}; leases {now,
 // members, held: {owner: lanes}, leases: [{lane, owner, token, expires_at, live}]}. Times
 // are RFC 3339 in UTC.
+//
+// serve runs the web dashboard (package dashboard) until interrupted, on
+// 127.0.0.1:8080 unless -listen names another address. It has no authentication of its
+// own: on loopback only the machine's users reach it (an SSH tunnel brings it to a
+// laptop); a non-loopback -listen prints a warning. It is read-only unless
+// -allow-mutations is given; requeues and purges are then logged to stderr. -timeout
+// bounds each request's queries.
 //
 // Exit status: 0 success, 1 failure (database, missing table, ...), 2 usage error.
 package main

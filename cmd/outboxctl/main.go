@@ -33,6 +33,7 @@ usage:
   outboxctl parked requeue -dsn DSN (-id ID[,ID...] | -key K | -all)
   outboxctl parked purge   -dsn DSN (-id ID[,ID...] | -key K | -all) --yes
   outboxctl leases         -dsn DSN [--json]
+  outboxctl serve          -dsn DSN [-listen 127.0.0.1:8080] [-allow-mutations] [-title T]
 
 common flags (after the command):
   -dialect  mysql | postgres | sqlserver (default: guessed from -dsn; mysql for schema print)
@@ -40,7 +41,7 @@ common flags (after the command):
   -schema   schema (database) of the tables; default: the connection's
   -prefix   table prefix, as in outbox.Options.TablePrefix
   -lanes    lane count of the table (default 64); must match writers and forwarders
-  -timeout  bound on the whole command (default 30s)
+  -timeout  bound on the whole command (default 30s; serve: on each request's queries)
 
 exit status: 0 ok, 1 failure, 2 usage error
 `
@@ -106,7 +107,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs := flag.NewFlagSet("outboxctl "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o := &opts{}
+	o := &opts{stderr: stderr}
 	o.register(fs)
 	if c.flags != nil {
 		c.flags(fs, o)
@@ -123,8 +124,11 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := o.finish(c.needsDB); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	if !c.server {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
 	return c.run(ctx, o, stdout)
 }
 
@@ -132,6 +136,7 @@ var subcommands = map[string]string{"schema": "print or apply", "parked": "list,
 
 type command struct {
 	needsDB bool
+	server  bool // runs until interrupted; -timeout bounds its requests, not the command
 	flags   func(*flag.FlagSet, *opts)
 	run     func(context.Context, *opts, io.Writer) error
 }
@@ -166,6 +171,9 @@ type opts struct {
 	limit  int
 
 	now func() time.Time
+
+	serve  serveOpts // serve's own flags (serve.go)
+	stderr io.Writer
 }
 
 func (o *opts) register(fs *flag.FlagSet) {
