@@ -65,7 +65,10 @@
 // records the failures in that transaction, with a few batches open at once; rows still
 // in flight after a short hold time are handed over to an ordinary claim so that a slow
 // message never holds a batch's locks for long (after at most one second, ClaimTTL/4
-// when shorter: TestLockingSlowMessageHandedOverToClaim). Its defaults are larger
+// when shorter: TestLockingSlowMessageHandedOverToClaim). A handed-over message holds
+// its claim and one place of InFlight, never its batch's slot: the next batches lock
+// InFlight less the handed-over messages, so a few hung messages do not stop the others
+// (TestHungMessagesDoNotStallUnorderedRows). Its defaults are larger
 // batches (ClaimBatch 1000, InFlight 4000: a batch's fixed cost weighs more without
 // per-row claims).
 //
@@ -97,9 +100,22 @@
 // membership check. A forwarder that dies loses its lanes
 // when its leases expire: its lanes resume about LeaseTTL after a crash.
 //
+// A lane is read in the order its rows were inserted: a number the database assigns at
+// insert (outbox.Record.Seq), and the publisher inserts a transaction's rows at its
+// commit, after every lock the transaction waited for. So if transaction B of a key
+// began after transaction A of that key committed, or waited for a lock A held (the
+// usual way to serialize writers of one aggregate: SELECT ... FOR UPDATE on its row),
+// every message of B is delivered after every message of A, whatever process wrote them,
+// whatever their clocks, and whether Publish was called before or after the lock wait.
+// Two transactions of one key that overlap, neither waiting for the other, have no
+// order to keep: they are delivered in the order of their inserts. An application that
+// needs order there serializes its writers on the aggregate's row. (An id, made by the
+// writer at Publish, does not give this order: two writers in one millisecond order
+// their ULIDs by chance, and a writer whose clock is behind sorts first.)
+//
 // Under its live lease a lane's worker is the lane's only sender, so it claims nothing:
 // it reads the head run of the lane (up to LaneBatch rows, one statement, no writes),
-// sends each ordering key's rows of the run in id order, and deletes the sent rows with
+// sends each ordering key's rows of the run in lane order, and deletes the sent rows with
 // one statement fenced by the lease token, then reads the next run. The keys of a run do
 // not wait for each other: up to KeysInFlight of them are sent at once (a lane holds
 // about keys ÷ lanes of them), so that a target that takes time per call (a remote
@@ -111,7 +127,7 @@
 // one message at a time, so that the failure lands on the row that causes it).
 // Watermill's in-memory GoChannel keeps that order only with
 // BlockPublishUntilSubscriberAck; without it, it delivers each message in a goroutine of
-// its own. KeysInFlight 1 (and StopLaneOnPoison) send a run strictly in id order, one
+// its own. KeysInFlight 1 (and StopLaneOnPoison) send a run strictly in lane order, one
 // row or Publish call at a time. A head row that is not yet due holds the whole lane:
 // ordering beats scheduling, so a row scheduled for later delays the rows written after
 // it in its lane.
@@ -213,6 +229,18 @@
 // deleted (acked) or released, each bounded by the deadline, so that Close returns
 // within ShutdownTimeout with those rows eligible again at once
 // (TestLockingShutdownReleasesOpenBatch, TestLockingHandBackBoundedByShutdownTimeout).
+// A target's Publish that never returns (a broker client without a timeout) does not
+// hold Close either: the call runs in a goroutine of its own, and at the deadline (or
+// once everything else is settled) the lane worker or handler waiting for it gives the
+// message up; its row is neither deleted nor failed, and is sent again later
+// (TestShutdownBoundedWhenPublishHangs).
+//
+// Nothing the forwarder puts into a message's context reaches other handlers: a message
+// handed to a target carries the row (RowFromContext, for partition keys) but not the
+// forwarded mark that publisher.Middleware and the inbox recognise, so a Pub/Sub that
+// keeps contexts (gochannel's PreserveContext) hands consumers on the same router no
+// mark that would make their middleware skip its transaction
+// (TestForwardedMarkStaysInsideTheForwarder).
 //
 // # Observability
 //
