@@ -260,6 +260,7 @@ func main() {
 	add("no CHECKs", func(v *variant) { v.checks = false })
 	add("status TINYINT", func(v *variant) { v.status = "TINYINT"; v.statusDef = "0" })
 	add("PK (lane, id)", func(v *variant) { v.pkLane = true; v.index = "" })
+	add("PK (lane, id) + index (message_uuid)", func(v *variant) { v.pkLane = true; v.index = ",\n KEY ix_uuid (message_uuid)" })
 	add("TINYINT status, index (lane, id), no CHECKs", func(v *variant) {
 		v.status = "TINYINT"
 		v.statusDef = "0"
