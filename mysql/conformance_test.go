@@ -89,7 +89,15 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 		},
 		Placeholder:    func(int) string { return "?" },
 		QualifiedTable: mysql.QualifiedTable,
-		RowWhere:       func(lane int) string { return fmt.Sprintf("lane = %d AND id = ?", lane) },
+		CreateFindIndex: func(db *sql.DB, opts outbox.Options) error {
+			script, err := mysql.FindIndexScript(opts)
+			if err != nil {
+				return err
+			}
+			_, err = db.Exec(script)
+			return err
+		},
+		RowWhere: func(lane int) string { return fmt.Sprintf("lane = %d AND id = ?", lane) },
 		InvalidPrefixes: []outboxtest.InvalidPrefix{
 			{Prefix: strings.Repeat("p", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},
 			{Prefix: strings.Repeat("é", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},

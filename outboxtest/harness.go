@@ -75,6 +75,12 @@ type Harness struct {
 	// takes two. nil where the dialect has no connector. The suite closes the pool.
 	OpenCountingDB func(connector bool) (db *sql.DB, requests func() int64, err error)
 
+	// CreateFindIndex, when set, runs the dialect's FindIndexScript for opts on db (the
+	// optional message_uuid index of outbox.Finder). The Find rules then also look a
+	// UUID up without a time window; without it they check that such a lookup fails
+	// with outbox.ErrFindNeedsIndex only.
+	CreateFindIndex func(db *sql.DB, opts outbox.Options) error
+
 	// MaxParams is the most bind parameters one statement may carry on this engine
 	// (MySQL/MariaDB 65535, PostgreSQL 65535 with pgx, SQL Server 2100 minus a margin).
 	// The benchmark baseline chunks its hand-written multi-row INSERT under it. Zero

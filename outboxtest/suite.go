@@ -72,6 +72,7 @@ func groups() []group {
 		{"LockedBatch", lockedBatchTests()},
 		{"LaneBatch", laneBatchTests()},
 		{"Inbox", inboxTests()},
+		{"Find", findTests()},
 	}
 }
 
