@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -30,7 +32,8 @@ import (
 // SDK's in-memory exporter the whole is one trace: producer span -> send span (child,
 // messaging attributes, time in outbox, attempt 1) -> process span (child, duplicate
 // false), and the redelivery's process span is a child of the same send span marked
-// outbox.inbox.duplicate=true.
+// outbox.inbox.duplicate=true. The forwarder's and the inbox's OpenTelemetry metrics
+// count the two sends, the two first deliveries and the duplicate.
 func TestE2E_OpenTelemetryTrace(t *testing.T) {
 	for _, e := range chaos.Engines {
 		t.Run(e.Name, func(t *testing.T) {
@@ -53,12 +56,26 @@ func testOpenTelemetryTrace(t *testing.T, e chaos.Engine) {
 	sub := brokers.AMQPSubscriber(t, amqpCfg, topic)
 	amqpPub := brokers.AMQPPublisher(t, amqpCfg)
 
-	fwd := chaos.NewForwarder(t, store, outboxotel.WrapTargets(forwarder.Targets{"": amqpPub}, map[string]string{"": "rabbitmq"}, cfg), forwarder.Config{})
+	// The forwarder's and the inbox's metrics as OpenTelemetry instruments.
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	fm, err := outboxotel.NewForwarderMetrics(outboxotel.MetricsConfig{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := outboxotel.NewInboxMetrics(outboxotel.MetricsConfig{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	fwd := chaos.NewForwarder(t, store, outboxotel.WrapTargets(forwarder.Targets{"": amqpPub}, map[string]string{"": "rabbitmq"}, cfg),
+		forwarder.Config{Metrics: fm.Forwarder("orders")})
 	chaos.RunForwarder(t, fwd)
 
 	var mu sync.Mutex
 	received := map[string][]*message.Message{}
-	consumer := consumerRouter(t, store, cfg, sub, topic, func(msg *message.Message) {
+	consumer := consumerRouter(t, store, cfg, im, sub, topic, func(msg *message.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		received[msg.UUID] = append(received[msg.UUID], msg)
@@ -95,13 +112,37 @@ func testOpenTelemetryTrace(t *testing.T, e chaos.Engine) {
 	chaos.WaitFor(t, 30*time.Second, "the redelivery's span", duplicate)
 
 	checkTrace(t, exp.GetSpans(), root, topic, keyed.UUID, plain.UUID)
+	chaos.WaitFor(t, 10*time.Second, "the metrics", func() bool {
+		m := sums(t, reader)
+		return m[outboxotel.ForwarderMessagesSent] == 2 && m[outboxotel.InboxRecorded] == 1+1 && m[outboxotel.InboxDuplicates] == 1
+	})
+}
+
+// sums returns the total of each int64 counter reader collects.
+func sums(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range sum.DataPoints {
+					out[m.Name] += p.Value
+				}
+			}
+		}
+	}
+	return out
 }
 
 // consumerRouter runs handle under ConsumerMiddleware and the inbox (consumer
 // "billing", Observe marking the span).
-func consumerRouter(t *testing.T, store outbox.Store, cfg outboxotel.Config, sub message.Subscriber, topic string, handle func(*message.Message)) *message.Router {
+func consumerRouter(t *testing.T, store outbox.Store, cfg outboxotel.Config, metrics inbox.Metrics, sub message.Subscriber, topic string, handle func(*message.Message)) *message.Router {
 	t.Helper()
-	in, err := inbox.New(store.(outbox.Inbox), inbox.Config{Consumer: inbox.ConsumerName("billing"), Observe: outboxotel.InboxObserver()}, nil)
+	in, err := inbox.New(store.(outbox.Inbox), inbox.Config{Consumer: inbox.ConsumerName("billing"), Observe: outboxotel.InboxObserver(), Metrics: metrics}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
