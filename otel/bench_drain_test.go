@@ -4,15 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/go-sql-driver/mysql"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	outbox "github.com/relayer-go/watermill-outbox"
 	"github.com/relayer-go/watermill-outbox/forwarder"
+	"github.com/relayer-go/watermill-outbox/headercodec"
 	"github.com/relayer-go/watermill-outbox/internal/testenv"
 	"github.com/relayer-go/watermill-outbox/mysql"
 	outboxotel "github.com/relayer-go/watermill-outbox/otel"
@@ -118,4 +121,107 @@ func drainRound(b *testing.B, ctx context.Context, store outbox.Store, n int, wr
 		b.Fatal(err)
 	}
 	return d
+}
+
+// capturingTarget keeps the messages published to it.
+type capturingTarget struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+}
+
+func (c *capturingTarget) Publish(_ string, msgs ...*message.Message) error {
+	c.mu.Lock()
+	c.msgs = append(c.msgs, msgs...)
+	c.mu.Unlock()
+	return nil
+}
+func (c *capturingTarget) Close() error { return nil }
+
+func (c *capturingTarget) len() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.msgs) }
+
+// BenchmarkWrapTargetCPU: the Go CPU otel.WrapTarget adds to each message a forwarder
+// sends, with no tracer provider set and with a recording SDK provider: 200 messages
+// a real forwarder emitted (their contexts carry their rows) are published one call
+// each through the bare and the wrapped target, in turns. It reports ns and allocations
+// per message of each.
+func BenchmarkWrapTargetCPU(b *testing.B) {
+	msgs := forwardedMessages(b, 200)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	variants := []struct {
+		name string
+		pub  message.Publisher
+	}{
+		{"bare", &countingTarget{}},
+		{"wrapped-noop", outboxotel.WrapTarget(&countingTarget{}, outboxotel.TargetConfig{})},
+		{"wrapped-sdk", outboxotel.WrapTarget(&countingTarget{}, outboxotel.TargetConfig{Config: outboxotel.Config{TracerProvider: tp}, System: "rabbitmq"})},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, m := range msgs {
+					if err := v.pub.Publish("orders", m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/msg")
+		})
+	}
+}
+
+// forwardedMessages runs a forwarder over n MariaDB rows into a capturing target and
+// returns the messages it sent.
+func forwardedMessages(b testing.TB, n int) []*message.Message {
+	db, err := sql.Open("mysql", testenv.DSN(b, testenv.MySQL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	store, err := mysql.New(db, outbox.Options{TablePrefix: testenv.Prefix(b), Lanes: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := store.CreateSchema(ctx); err != nil {
+		testenv.Unavailable(b, testenv.MySQL, err)
+	}
+	defer func() {
+		for _, tb := range store.Options().TableNames() {
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + mysql.QualifiedTable(store.Options(), tb))
+		}
+	}()
+	recs := make([]outbox.Record, n)
+	for i := range recs {
+		recs[i] = outbox.Record{ID: outbox.NewID(), MessageUUID: fmt.Sprintf("m-%d", i), Lane: outbox.Unordered, Destination: "orders",
+			Headers: headercodec.EncodeMetadata(nil, message.Metadata{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}),
+			Body:    []byte(`{"order":42}`), CreatedAt: time.Now().UTC()}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := store.Insert(ctx, tx, recs); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	target := &capturingTarget{}
+	fwd, err := forwarder.New(store, forwarder.Targets{"": target}, forwarder.Config{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fwd.Run(runCtx) }()
+	for deadline := time.Now().Add(30 * time.Second); target.len() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("the forwarder sent %d of %d messages in 30 s", target.len(), n)
+		}
+	}
+	cancel()
+	<-done
+	return target.msgs[:n]
 }

@@ -82,7 +82,7 @@ func BenchmarkPublishOverhead(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-func newOutbox(b *testing.B, store outbox.Store, extra func(context.Context, string, *message.Message) (message.Metadata, error)) *publisher.Outbox {
+func newOutbox(b testing.TB, store outbox.Store, extra func(context.Context, string, *message.Message) (message.Metadata, error)) *publisher.Outbox {
 	ob, err := publisher.New(store, publisher.Config{ExtraMetadata: extra}, nil)
 	if err != nil {
 		b.Fatal(err)

@@ -1,9 +1,12 @@
 package otel
 
 import (
+	"fmt"
+
 	gotel "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // InstrumentationName names the tracer and meter of this package.
@@ -21,11 +24,38 @@ type Config struct {
 	// baggage), the keys Watermill's OpenTelemetry middleware of third parties and
 	// every OpenTelemetry SDK use.
 	Propagator propagation.TextMapPropagator
+
+	global bool // TracerProvider is the global one (setDefaults)
+}
+
+// unsetProvider is OpenTelemetry's global tracer provider before the application set
+// one (its no-op delegate), when this package was initialised first.
+var unsetProvider = func() trace.TracerProvider {
+	tp := gotel.GetTracerProvider()
+	if fmt.Sprintf("%T", tp) != "*global.tracerProvider" {
+		return nil // another package's init set a provider already
+	}
+	return tp
+}()
+
+// tracingOff reports whether spans cannot record: the provider is OpenTelemetry's
+// no-op one, or the global provider was never set (a Tracer taken from it starts
+// recording once one is set, and this says so from then on).
+func (c *Config) tracingOff() bool {
+	tp := c.TracerProvider
+	if c.global {
+		if tp = gotel.GetTracerProvider(); unsetProvider != nil && tp == unsetProvider {
+			return true
+		}
+	}
+	_, off := tp.(noop.TracerProvider)
+	return off
 }
 
 func (c *Config) setDefaults() {
 	if c.TracerProvider == nil {
 		c.TracerProvider = gotel.GetTracerProvider()
+		c.global = true
 	}
 	if c.Propagator == nil {
 		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})

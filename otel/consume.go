@@ -38,6 +38,9 @@ func ConsumerMiddleware(cfg Config) message.HandlerMiddleware {
 	tracer := cfg.tracer()
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
+			if cfg.tracingOff() {
+				return h(msg)
+			}
 			ctx := cfg.Propagator.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
 			topic := message.SubscribeTopicFromCtx(msg.Context())
 			ctx, span := tracer.Start(ctx, "process "+topic, trace.WithSpanKind(trace.SpanKindConsumer),

@@ -73,8 +73,10 @@ func WrapTargets(targets forwarder.Targets, systems map[string]string, cfg Confi
 // carries the send span's context in place of the stored one, so the consumer's span
 // is the send's child. Messages of other origin pass through unchanged.
 //
-// When the tracer does not record (no tracer provider set) the messages go out as
-// they are, with the writer's trace context the row stored: nothing is allocated.
+// With no tracer provider set (or OpenTelemetry's no-op one) the messages go out as
+// they are, with the writer's trace context the row stored, at the cost of one atomic
+// load per call; a tracer that does not record a span (a sampler's decision) leaves
+// that message as it is too.
 func WrapTarget(pub message.Publisher, cfg TargetConfig) message.Publisher {
 	cfg.setDefaults()
 	if cfg.Now == nil {
@@ -91,6 +93,9 @@ type tracedTarget struct {
 
 // Publish implements message.Publisher.
 func (t *tracedTarget) Publish(topic string, msgs ...*message.Message) error {
+	if t.cfg.tracingOff() {
+		return t.pub.Publish(topic, msgs...)
+	}
 	var spans []trace.Span
 	var out []*message.Message
 	for i, msg := range msgs {
@@ -124,43 +129,54 @@ func (t *tracedTarget) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // start begins msg's send span and returns it with the message to send (a copy
-// carrying the span's context), or nil when the span does not record.
+// carrying the span's context), or nil when the span does not record. The attributes
+// a sampler may read (messaging ones) go in at the start; the row's, which take
+// formatting, only into a recording span.
 func (t *tracedTarget) start(topic string, msg *message.Message, row forwarder.Row) (trace.Span, *message.Message) {
 	now := t.cfg.Now()
-	stored := t.cfg.Propagator.Extract(context.Background(), propagation.MapCarrier(msg.Metadata))
+	stored := trace.SpanContextFromContext(t.cfg.Propagator.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
 	parent := msg.Context()
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now),
-		trace.WithAttributes(t.attributes(topic, msg, row, now)...)}
-	if sc := trace.SpanContextFromContext(stored); t.cfg.Link && sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}), trace.WithNewRoot())
-	} else {
-		parent = trace.ContextWithRemoteSpanContext(parent, sc)
+		trace.WithAttributes(t.startAttributes(topic, msg)...)}
+	if t.cfg.Link && stored.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: stored}), trace.WithNewRoot())
+	} else if stored.IsValid() {
+		parent = trace.ContextWithRemoteSpanContext(parent, stored)
 	}
 	ctx, span := t.tracer.Start(parent, "send "+topic, opts...)
 	if !span.IsRecording() {
 		return nil, nil
 	}
+	span.SetAttributes(rowAttributes(row, now)...)
 	sent := msg.Copy()
 	t.cfg.Propagator.Inject(ctx, propagation.MapCarrier(sent.Metadata))
 	sent.SetContext(ctx)
 	return span, sent
 }
 
-func (t *tracedTarget) attributes(topic string, msg *message.Message, row forwarder.Row, now time.Time) []attribute.KeyValue {
+// startAttributes are the messaging semantic conventions of a send.
+func (t *tracedTarget) startAttributes(topic string, msg *message.Message) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{
 		semconv.MessagingOperationTypeSend,
 		semconv.MessagingOperationName("send"),
 		semconv.MessagingDestinationName(topic),
 		semconv.MessagingMessageID(msg.UUID),
+	}
+	if t.cfg.System != "" {
+		attrs = append(attrs, semconv.MessagingSystemKey.String(t.cfg.System))
+	}
+	return attrs
+}
+
+// rowAttributes are the outbox row's facts at the send.
+func rowAttributes(row forwarder.Row, now time.Time) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
 		AttrTimeInOutbox.Float64(seconds(now.Sub(row.CreatedAt))),
 		AttrSinceDue.Float64(seconds(now.Sub(row.DeliverAt))),
 		AttrAttempt.Int(row.Attempts + 1),
 		AttrRowID.String(row.ID.String()),
 		AttrLane.Int(row.Lane),
 		AttrTransport.String(row.Transport),
-	}
-	if t.cfg.System != "" {
-		attrs = append(attrs, semconv.MessagingSystemKey.String(t.cfg.System))
 	}
 	if row.Lane != outbox.Unordered && row.OrderingKey != "" {
 		attrs = append(attrs, AttrOrderingKey.String(row.OrderingKey))
