@@ -90,15 +90,19 @@ type Finder interface {
 	// FindInbox returns the inbox entries of messageUUID, one per consumer that recorded
 	// it, ordered by consumer.
 	FindInbox(ctx context.Context, messageUUID string) ([]InboxEntry, error)
+	// LockedRows returns which of the unordered rows ids another transaction holds
+	// locked (a forwarder's open batch: BatchLocker), by trying to lock them with SKIP
+	// LOCKED (or READPAST) in a transaction it rolls back at once; rows gone meanwhile
+	// are not listed. It waits for no lock, and holds the rows it could lock only for
+	// that instant (a forwarder claiming then skips them once).
+	LockedRows(ctx context.Context, ids []ID) ([]ID, error)
 }
 
 // RowState says where an outbox row stands at a given instant.
 type RowState string
 
 const (
-	// RowPending rows are due and wait for a forwarder (an unordered row locked by a
-	// forwarder's open transaction is shown pending: another session cannot see a row
-	// lock without taking it).
+	// RowPending rows are due and wait for a forwarder.
 	RowPending RowState = "pending"
 	// RowScheduled rows are due later (DeliverAt after now): scheduled, or a failed
 	// row waiting for its retry.
@@ -106,6 +110,10 @@ const (
 	// RowClaimed rows are in flight under a live claim token (ClaimToken until
 	// ClaimExpiresAt).
 	RowClaimed RowState = "claimed"
+	// RowLocked rows are in flight in a forwarder's open batch: unordered rows held by
+	// a transaction's row lock (row-lock claims, the forwarder's default for unordered
+	// rows), found by Finder.LockedRows.
+	RowLocked RowState = "locked"
 	// RowParked rows were set aside after failures (LastError, Attempts); they stay until
 	// requeued or purged.
 	RowParked RowState = "parked"
@@ -142,8 +150,8 @@ type FindResult struct {
 
 // Find looks messages up in store's outbox and inbox tables (store must implement
 // Finder): per matching row its state at now (pending, scheduled for DeliverAt,
-// claimed under which token, parked with its error and attempts) and, for ordered
-// rows, its lane's lease; for a message UUID, each consumer whose inbox holds it (when
+// claimed under which token, locked in a forwarder's open batch, parked with its error
+// and attempts) and, for ordered rows, its lane's lease; for a message UUID, each consumer whose inbox holds it (when
 // first processed, duplicates skipped), and NotInOutbox when no row matched.
 func Find(ctx context.Context, store Store, q FindQuery, now time.Time) (FindResult, error) {
 	f, ok := store.(Finder)
@@ -171,6 +179,9 @@ func Find(ctx context.Context, store Store, q FindQuery, now time.Time) (FindRes
 		}
 		res.Rows = append(res.Rows, fr)
 	}
+	if err := markLocked(ctx, f, res.Rows); err != nil {
+		return res, err
+	}
 	if q.MessageUUID == "" {
 		return res, nil
 	}
@@ -181,6 +192,31 @@ func Find(ctx context.Context, store Store, q FindQuery, now time.Time) (FindRes
 		return res, fmt.Errorf("outbox: find inbox entries: %w", err)
 	}
 	return res, nil
+}
+
+// markLocked sets RowLocked on the pending unordered rows a transaction holds locked.
+func markLocked(ctx context.Context, f Finder, rows []FoundRow) error {
+	var ids []ID
+	for i := range rows {
+		if rows[i].State == RowPending && rows[i].Lane == Unordered {
+			ids = append(ids, rows[i].ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	locked, err := f.LockedRows(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("outbox: find: probe row locks: %w", err)
+	}
+	for i := range rows {
+		for _, id := range locked {
+			if rows[i].ID == id {
+				rows[i].State = RowLocked
+			}
+		}
+	}
+	return nil
 }
 
 // lanesLeases reads the lease table when recs hold an ordered row.

@@ -204,3 +204,53 @@ func (s *Store) inboxConsumers(ctx context.Context) ([]any, error) {
 	}
 	return out, wrapErr("find inbox", rows.Err())
 }
+
+// LockedRows returns which of the unordered rows ids another transaction holds locked
+// (see outbox.Finder): a locking read with SKIP LOCKED and a plain read of the same
+// primary key points, at READ COMMITTED (no gap locks), rolled back at once.
+func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, wrapErr("find: probe row locks", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	where := " WHERE lane = -1 AND id IN (" + string(appendIDList(nil, ids)) + ")"
+	free, err := idSet(ctx, tx, "SELECT id FROM "+s.q.outboxName+where+" FOR UPDATE SKIP LOCKED")
+	if err != nil {
+		return nil, wrapErr("find: probe row locks", err)
+	}
+	present, err := idSet(ctx, tx, "SELECT id FROM "+s.q.outboxName+where)
+	if err != nil {
+		return nil, wrapErr("find: probe row locks", err)
+	}
+	var locked []outbox.ID
+	for _, id := range ids {
+		if present[id] && !free[id] {
+			locked = append(locked, id)
+		}
+	}
+	return locked, nil
+}
+
+// idSet runs q (selecting one id column) and returns the ids.
+func idSet(ctx context.Context, tx *sql.Tx, q string) (map[outbox.ID]bool, error) {
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	set := map[outbox.ID]bool{}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		var id outbox.ID
+		copy(id[:], b)
+		set[id] = true
+	}
+	return set, rows.Err()
+}

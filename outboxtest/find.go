@@ -15,6 +15,7 @@ func findTests() []subtest {
 		{"ByOrderingKey", testFindByOrderingKey},
 		{"ByWindowAndTopic", testFindByWindow},
 		{"NotInOutboxWithInbox", testFindNotInOutbox},
+		{"LockedInAnOpenBatch", testFindLocked},
 		{"Arguments", testFindArguments},
 	}
 }
@@ -220,6 +221,51 @@ func testFindNotInOutbox(t *testing.T, h Harness) {
 	got, err := e.finder().FindInbox(e.ctx, "never-seen")
 	if err != nil || len(got) != 0 {
 		t.Errorf("FindInbox of an unknown UUID: %v, %v", got, err)
+	}
+}
+
+// An unordered row a forwarder's open batch holds locked (BatchLocker) is in flight
+// (RowLocked); the rows it does not hold stay pending, and once the batch rolls back
+// the row is pending again. Finding waits for no lock.
+func testFindLocked(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	bl, ok := e.store.(outbox.BatchLocker)
+	if !ok {
+		t.Skipf("%s store does not implement outbox.BatchLocker", h.Name)
+	}
+	a, b := NewRecord(at(0)), NewRecord(at(0))
+	e.insert(a, b)
+	batch, err := bl.LockBatch(e.ctx, outbox.LockParams{Limit: 1, Now: at(time.Minute)})
+	if err != nil {
+		t.Fatalf("LockBatch: %v", err)
+	}
+	defer func() { _ = batch.Rollback() }()
+	if got := batch.Records(); len(got) != 1 || got[0].ID != a.ID {
+		t.Fatalf("the batch locked %d rows", len(got))
+	}
+	window := outbox.FindQuery{Topic: "outboxtest.topic", From: time.Now().Add(-time.Hour)}
+	res := e.find(window, at(time.Minute))
+	if len(res.Rows) != 2 || res.Rows[0].State != outbox.RowLocked || res.Rows[1].State != outbox.RowPending {
+		t.Fatalf("with the first row locked: %+v", res.Rows)
+	}
+	locked, err := e.finder().LockedRows(e.ctx, idsOf(a, b, NewRecord(at(0))))
+	if err != nil || len(locked) != 1 || locked[0] != a.ID {
+		t.Fatalf("LockedRows = %v, %v; want the locked row alone (not the missing one)", locked, err)
+	}
+	if err := batch.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.find(window, at(time.Minute)); res.Rows[0].State != outbox.RowPending {
+		t.Fatalf("after the batch rolled back: %s", res.Rows[0].State)
+	}
+	// The probe left no lock behind: a batch takes both rows.
+	batch, err = bl.LockBatch(e.ctx, outbox.LockParams{Limit: 10, Now: at(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = batch.Rollback() }()
+	if n := len(batch.Records()); n != 2 {
+		t.Fatalf("a batch after the probes locked %d rows, want 2", n)
 	}
 }
 

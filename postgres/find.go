@@ -161,3 +161,57 @@ func (s *Store) FindInbox(ctx context.Context, messageUUID string) ([]outbox.Inb
 	}
 	return out, wrap("find inbox", rows.Err())
 }
+
+// LockedRows returns which of the unordered rows ids another transaction holds locked
+// (see outbox.Finder): a locking read with SKIP LOCKED and a plain read of the same
+// primary key values, in a transaction rolled back at once.
+func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	arg := make([][]byte, len(ids))
+	for i := range ids {
+		arg[i] = ids[i][:]
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, wrap("find: probe row locks", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	where := " WHERE lane IS NULL AND id = ANY($1::bytea[])"
+	free, err := idSet(ctx, tx, "SELECT id FROM "+s.q.n.outbox+where+" FOR UPDATE SKIP LOCKED", arg)
+	if err != nil {
+		return nil, wrap("find: probe row locks", err)
+	}
+	present, err := idSet(ctx, tx, "SELECT id FROM "+s.q.n.outbox+where, arg)
+	if err != nil {
+		return nil, wrap("find: probe row locks", err)
+	}
+	var locked []outbox.ID
+	for _, id := range ids {
+		if present[id] && !free[id] {
+			locked = append(locked, id)
+		}
+	}
+	return locked, nil
+}
+
+// idSet runs q (selecting one id column) and returns the ids.
+func idSet(ctx context.Context, tx *sql.Tx, q string, args ...any) (map[outbox.ID]bool, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	set := map[outbox.ID]bool{}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		var id outbox.ID
+		copy(id[:], b)
+		set[id] = true
+	}
+	return set, rows.Err()
+}

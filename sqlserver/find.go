@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 
@@ -172,4 +173,65 @@ func (s *Store) FindInbox(ctx context.Context, messageUUID string) ([]outbox.Inb
 		out = append(out, e)
 	}
 	return out, wrap("find inbox", rows.Err())
+}
+
+// lockedRowsStatements are LockedRows' reads of n ids: the rows it can lock (UPDLOCK
+// with READPAST passes over rows another transaction holds, as the forwarder's locked
+// batch takes them) and the rows that exist (a read that takes no lock).
+func (q *queries) lockedRowsStatements(n int) (free, present string) {
+	where := " WHERE o.lane IS NULL AND o.id IN (" + idList(n) + ")"
+	return "SELECT o.id FROM " + q.outbox + " AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)" + where,
+		"SELECT o.id FROM " + q.outbox + " AS o WITH (NOLOCK)" + where
+}
+
+// LockedRows returns which of the unordered rows ids another transaction holds locked
+// (see outbox.Finder), in a transaction rolled back at once. At most
+// maxIDsPerStatement ids per call are probed (the rest are reported unlocked).
+func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ids = ids[:min(len(ids), maxIDsPerStatement)]
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, wrap("find: probe row locks", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	freeQ, presentQ := s.q.lockedRowsStatements(len(ids))
+	args := idArgs(nil, ids)
+	free, err := idSet(ctx, tx, freeQ, args)
+	if err != nil {
+		return nil, wrap("find: probe row locks", err)
+	}
+	present, err := idSet(ctx, tx, presentQ, args)
+	if err != nil {
+		return nil, wrap("find: probe row locks", err)
+	}
+	var locked []outbox.ID
+	for _, id := range ids {
+		if present[id] && !free[id] {
+			locked = append(locked, id)
+		}
+	}
+	return locked, nil
+}
+
+// idSet runs q (selecting one id column) and returns the ids.
+func idSet(ctx context.Context, tx *sql.Tx, q string, args []any) (map[outbox.ID]bool, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	set := map[outbox.ID]bool{}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		var id outbox.ID
+		copy(id[:], b)
+		set[id] = true
+	}
+	return set, rows.Err()
 }

@@ -45,5 +45,12 @@ func TestFindGolden(t *testing.T) {
 		t.Fatalf("inbox: %v", err)
 	}
 	parts = append(parts, "-- inbox entries of a UUID\n"+inbox+"\n")
+	free, present := q.lockedRowsStatements(2)
+	for _, st := range []string{free, present} {
+		if _, err := lex(st); err != nil {
+			t.Fatalf("locked rows: %v in %s", err, st)
+		}
+	}
+	parts = append(parts, "-- locked rows: the lockable ones, then the present ones\n"+free+"\n"+present+"\n")
 	golden(t, "find_default.sql", strings.Join(parts, "\n"))
 }

@@ -12,8 +12,8 @@
 //
 // find says where messages are (outbox.Find): by message UUID, by ordering key, or by
 // topic and creation window (-since/-until: RFC 3339 times or durations back from now),
-// per matching row its state (pending, scheduled for T, claimed under a token, parked
-// with its error and attempts) and its lane's lease, and for a UUID the inbox entries of
+// per matching row its state (pending, scheduled for T, claimed under a token, locked
+// in a forwarder's open batch, parked with its error and attempts) and its lane's lease, and for a UUID the inbox entries of
 // every consumer that processed it (first processed, duplicates skipped), or "not in the
 // outbox" (sent or never committed, which the database cannot tell apart). A UUID
 // without a window needs the optional message_uuid index: `schema print -find-index`

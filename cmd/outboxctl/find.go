@@ -70,7 +70,7 @@ func instant(flagName, s string, now time.Time) (time.Time, error) {
 type foundJSON struct {
 	ID          string            `json:"id"`
 	MessageUUID string            `json:"message_uuid"`
-	State       string            `json:"state"` // pending, scheduled, claimed, parked
+	State       string            `json:"state"` // pending, scheduled, claimed, locked, parked
 	Lane        int               `json:"lane"`  // -1 = unordered
 	OrderingKey string            `json:"ordering_key"`
 	Transport   string            `json:"transport"`
@@ -266,14 +266,14 @@ func stateText(r foundJSON, now time.Time) string {
 	case outbox.RowClaimed:
 		return fmt.Sprintf("IN FLIGHT: claimed by token %s until %s (in %s)", r.Claim.Token, r.Claim.ExpiresAt.Format(time.RFC3339Nano),
 			r.Claim.ExpiresAt.Sub(now).Round(time.Millisecond))
+	case outbox.RowLocked:
+		return "IN FLIGHT: locked by a forwarder's open batch (row-lock claims), being sent"
 	case outbox.RowScheduled:
 		return fmt.Sprintf("SCHEDULED for %s (in %s)", r.DeliverAt.Format(time.RFC3339Nano), age(r.DeliverAt.Sub(now).Seconds()))
 	}
 	s := fmt.Sprintf("PENDING: due since %s (%s ago)", r.DeliverAt.Format(time.RFC3339Nano), age(now.Sub(r.DeliverAt).Seconds()))
 	if l := r.LaneLease; l != nil && l.Live {
 		s += fmt.Sprintf("; in flight under the lane's lease once it heads the lane (held by %s)", l.Owner)
-	} else if r.Lane == outbox.Unordered {
-		s += "; a forwarder's open batch may hold it locked (a row lock is invisible here)"
 	}
 	return s
 }

@@ -144,6 +144,28 @@ func testFindLive(t *testing.T, dialect, service, driver string) {
 	if !strings.Contains(text, "PARKED after 1 attempt: broker said no") || !strings.Contains(text, "outboxctl parked requeue -id") {
 		t.Errorf("find of a parked row:\n%s", text)
 	}
+	// An unordered row a forwarder's open batch holds locked is in flight too.
+	err = ob(t, store).WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error { return tx.Publish("orders", msg("m-locked", "")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := one("m-locked", "-since", "1h"); r.State != "pending" {
+		t.Errorf("an unlocked row: %+v", r)
+	}
+	batch, err := store.(outbox.BatchLocker).LockBatch(ctx, outbox.LockParams{Limit: 10, Now: time.Now()})
+	if err != nil || len(batch.Records()) != 1 {
+		t.Fatalf("LockBatch: %v", err)
+	}
+	if r := one("m-locked", "-since", "1h"); r.State != "locked" {
+		t.Errorf("a locked row: %+v", r)
+	}
+	text = ctl(t, with("find", "-uuid", "m-locked", "-since", "1h")...).ok(t).stdout
+	if !strings.Contains(text, "IN FLIGHT: locked by a forwarder's open batch") {
+		t.Errorf("find of a locked row:\n%s", text)
+	}
+	if err := batch.Rollback(); err != nil {
+		t.Fatal(err)
+	}
 	text = ctl(t, with("find", "-uuid", "m-claimed", "-since", "1h")...).ok(t).stdout
 	if !strings.Contains(text, "IN FLIGHT: claimed by token") {
 		t.Errorf("find of a claimed row:\n%s", text)
@@ -168,19 +190,7 @@ func testFindLive(t *testing.T, dialect, service, driver string) {
 // of m-consumed (billing thrice, shipping once).
 func seedFind(t *testing.T, ctx context.Context, store outbox.Store) {
 	t.Helper()
-	ob, err := publisher.New(store, publisher.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := func(uuid, key string) *message.Message {
-		m := message.NewMessage(uuid, []byte("SECRET-PAYLOAD"))
-		m.Metadata.Set("app", "shop")
-		if key != "" {
-			m.Metadata.Set(publisher.MetadataOrderingKey, key)
-		}
-		return m
-	}
-	err = ob.WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
+	err := ob(t, store).WithTx(ctx, func(ctx context.Context, tx *publisher.Tx) error {
 		sched := msg("m-scheduled", "")
 		publisher.SetDeliverAt(sched, time.Now().Add(time.Hour))
 		if err := tx.Publish("orders", msg("m-pending", "order-42"), msg("m-second", "order-42"), sched, msg("m-claimed", ""), msg("m-parked", "")); err != nil {
@@ -218,6 +228,26 @@ func seedFind(t *testing.T, ctx context.Context, store outbox.Store) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// ob is a publisher over store.
+func ob(t *testing.T, store outbox.Store) *publisher.Outbox {
+	t.Helper()
+	o, err := publisher.New(store, publisher.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// msg is a message with metadata app=shop and, when key is set, an ordering key.
+func msg(uuid, key string) *message.Message {
+	m := message.NewMessage(uuid, []byte("SECRET-PAYLOAD"))
+	m.Metadata.Set("app", "shop")
+	if key != "" {
+		m.Metadata.Set(publisher.MetadataOrderingKey, key)
+	}
+	return m
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

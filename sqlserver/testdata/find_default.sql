@@ -29,3 +29,7 @@ WITH c AS (
     ) AS r WHERE r.rn = 1
 )
 SELECT e.consumer, e.processed_at, e.duplicates FROM c JOIN [dbo].[inbox] AS e ON e.consumer = c.consumer AND e.message_uuid = @uuid ORDER BY e.consumer OPTION (MAXRECURSION 0)
+
+-- locked rows: the lockable ones, then the present ones
+SELECT o.id FROM [dbo].[outbox] AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK) WHERE o.lane IS NULL AND o.id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
+SELECT o.id FROM [dbo].[outbox] AS o WITH (NOLOCK) WHERE o.lane IS NULL AND o.id IN (CAST(@i1 AS binary(16)), CAST(@i2 AS binary(16)))
