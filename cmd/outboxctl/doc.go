@@ -13,11 +13,12 @@
 // find says where messages are (outbox.Find): by message UUID, by ordering key, or by
 // topic and creation window (-since/-until: RFC 3339 times or durations back from now),
 // per matching row its state (pending, scheduled for T, claimed under a token, locked
-// in a forwarder's open batch, parked with its error and attempts) and its lane's lease, and for a UUID the inbox entries of
-// every consumer that processed it (first processed, duplicates skipped), or "not in the
-// outbox" (sent or never committed, which the database cannot tell apart). A UUID
-// without a window needs the optional message_uuid index: `schema print -find-index`
-// prints its DDL (it costs every publish).
+// in a forwarder's open batch, parked with its error and attempts) and its lane's
+// lease, and for a UUID the inbox entries of every consumer that processed it (first
+// processed, duplicates skipped), or "not in the outbox" (sent or never committed,
+// which the database cannot tell apart). A UUID without a window needs the optional
+// message_uuid index: `schema print -find-index` prints its DDL (it costs every
+// publish).
 //
 // Every command takes -dialect (mysql, postgres or sqlserver; guessed from the DSN when
 // omitted), -dsn (or the OUTBOX_DSN environment variable), -schema, -prefix and -lanes,
