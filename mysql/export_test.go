@@ -113,3 +113,8 @@ func FindInboxStatements(s *Store, uuid string, consumers []string) (list, entri
 	}
 	return inboxConsumersStatement(s.q.inbox), bind(inboxFindStatement(s.q.inbox, len(consumers)), append(args, []byte(uuid))...)
 }
+
+// LockedRowsStatements returns LockedRows' two reads of ids, for EXPLAIN.
+func LockedRowsStatements(s *Store, ids []outbox.ID) (free, present string) {
+	return lockedRowsStatements(s.q.outboxName, ids)
+}

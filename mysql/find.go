@@ -217,12 +217,12 @@ func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, e
 		return nil, wrapErr("find: probe row locks", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	where := " WHERE lane = -1 AND id IN (" + string(appendIDList(nil, ids)) + ")"
-	free, err := idSet(ctx, tx, "SELECT id FROM "+s.q.outboxName+where+" FOR UPDATE SKIP LOCKED")
+	freeQ, presentQ := lockedRowsStatements(s.q.outboxName, ids)
+	free, err := idSet(ctx, tx, freeQ)
 	if err != nil {
 		return nil, wrapErr("find: probe row locks", err)
 	}
-	present, err := idSet(ctx, tx, "SELECT id FROM "+s.q.outboxName+where)
+	present, err := idSet(ctx, tx, presentQ)
 	if err != nil {
 		return nil, wrapErr("find: probe row locks", err)
 	}
@@ -233,6 +233,13 @@ func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, e
 		}
 	}
 	return locked, nil
+}
+
+// lockedRowsStatements are LockedRows' reads of ids (points of the primary key): the
+// rows it can lock, and the rows that exist.
+func lockedRowsStatements(table string, ids []outbox.ID) (free, present string) {
+	where := " WHERE lane = -1 AND id IN (" + string(appendIDList(nil, ids)) + ")"
+	return "SELECT id FROM " + table + where + " FOR UPDATE SKIP LOCKED", "SELECT id FROM " + table + where
 }
 
 // idSet runs q (selecting one id column) and returns the ids.

@@ -84,6 +84,33 @@ func TestExplainFind(t *testing.T) {
 	}
 	checkFind(t, ctx, db, s, "uuid by the index", outbox.FindQuery{MessageUUID: uuid.MessageUUID}, true, total, 5, mariadb)
 
+	// The row-lock probe: points of the primary key.
+	probe := make([]outbox.ID, 0, 100)
+	lo, _, _ = window.IDRange()
+	rows, err := db.QueryContext(ctx, "SELECT id FROM "+table+" WHERE lane = -1 AND id >= ? ORDER BY id LIMIT 100", lo[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		var id outbox.ID
+		copy(id[:], b)
+		probe = append(probe, id)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	free, present := mysql.LockedRowsStatements(s, probe)
+	for _, st := range []struct{ name, q string }{{"lock probe", free}, {"lock probe, present rows", present}} {
+		checkFindPlan(t, ctx, db, st.name, st.q, total, mariadb)
+		if reads := findHandlerReads(t, ctx, db, st.q); reads > 2*int64(len(probe))+10 {
+			t.Errorf("%s read %d entries for %d ids", st.name, reads, len(probe))
+		}
+	}
+
 	inbox := mysql.QualifiedTable(s.Options(), s.Options().InboxTable())
 	fillInbox(t, ctx, db, inbox, total)
 	consumers := make([]string, 10)

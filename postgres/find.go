@@ -178,12 +178,12 @@ func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, e
 		return nil, wrap("find: probe row locks", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	where := " WHERE lane IS NULL AND id = ANY($1::bytea[])"
-	free, err := idSet(ctx, tx, "SELECT id FROM "+s.q.n.outbox+where+" FOR UPDATE SKIP LOCKED", arg)
+	freeQ, presentQ := lockedRowsStatements(s.q.n.outbox)
+	free, err := idSet(ctx, tx, freeQ, arg)
 	if err != nil {
 		return nil, wrap("find: probe row locks", err)
 	}
-	present, err := idSet(ctx, tx, "SELECT id FROM "+s.q.n.outbox+where, arg)
+	present, err := idSet(ctx, tx, presentQ, arg)
 	if err != nil {
 		return nil, wrap("find: probe row locks", err)
 	}
@@ -194,6 +194,13 @@ func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, e
 		}
 	}
 	return locked, nil
+}
+
+// lockedRowsStatements are LockedRows' reads of the ids in $1 (points of the primary
+// key): the rows it can lock, and the rows that exist.
+func lockedRowsStatements(table string) (free, present string) {
+	where := " WHERE lane IS NULL AND id = ANY($1::bytea[])"
+	return "SELECT id FROM " + table + where + " FOR UPDATE SKIP LOCKED", "SELECT id FROM " + table + where
 }
 
 // idSet runs q (selecting one id column) and returns the ids.

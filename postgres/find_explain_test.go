@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"os"
 	"strconv"
@@ -90,6 +91,25 @@ func TestExplainFind(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFindPlans(t, ctx, db, s, "uuid by the index", outbox.FindQuery{MessageUUID: uuid.MessageUUID}, []string{opts.TablePrefix + suffixUUIDIx})
+
+	// The row-lock probe: points of the primary key (100 ids of the window).
+	var probe [][]byte
+	for g := total * 9 / 10; len(probe) < 100; g++ {
+		id := make([]byte, 16)
+		copy(id, binary.BigEndian.AppendUint64(nil, uint64(base.UnixMilli()+int64(g/100)))[2:])
+		binary.BigEndian.PutUint64(id[8:], uint64(g))
+		probe = append(probe, id)
+	}
+	free, present := lockedRowsStatements(s.n().outbox)
+	for _, st := range []struct{ name, q string }{{"lock probe", free}, {"lock probe, present rows", present}} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explain(t, ctx, db, mode, st.q, []any{probe})
+			t.Logf("%s (%s):\n%s", st.name, mode, plan.text)
+			if plan.seqScans[opts.OutboxTable()] || !plan.indexes[pkey] || plan.cost >= jitAboveCostDefault {
+				t.Errorf("%s (%s): sequential scan %v, primary key used %v, cost %.0f", st.name, mode, plan.seqScans[opts.OutboxTable()], plan.indexes[pkey], plan.cost)
+			}
+		}
+	}
 
 	inboxPK := opts.TablePrefix + suffixInbox + "_pkey"
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
