@@ -58,7 +58,7 @@ SERVICES := $(if $(call local,$(OUTBOX_TEST_MYSQL_DSN)),mysql) \
 # The library is the root module; what needs more (brokers, Watermill components, the
 # Prometheus client, the examples) lives in modules of its own, so that a user's go.mod
 # gains none of it. Each is tested with -race; benchmarks (the harness's short run) without.
-MODULES := . e2e _examples forwarder/prometheus inbox/prometheus wakeup/brokertest dashboard/browsertest
+MODULES := . e2e _examples forwarder/prometheus inbox/prometheus otel wakeup/brokertest dashboard/browsertest
 
 ## test: go vet, build the examples, then go test -race in every module against the local services (MariaDB, PostgreSQL, RabbitMQ) and the harness's short run, then test-mysql-oracle
 test: services vet examples

@@ -59,6 +59,14 @@ var (
 	// ErrUnhealthy is wrapped by a forwarder's health check error when the oldest
 	// eligible row has waited longer than the threshold.
 	ErrUnhealthy = errors.New("outbox: unhealthy")
+
+	// ErrFindUnsupported is returned by Find for a store without the Finder capability.
+	ErrFindUnsupported = errors.New("outbox: the store cannot find messages (no Finder)")
+
+	// ErrFindNeedsIndex is returned by a Finder asked for a message UUID without a time
+	// window on a table without an index on message_uuid: the lookup would read the
+	// whole table. Add the index (the dialect's FindIndexScript) or give a window.
+	ErrFindNeedsIndex = errors.New("outbox: finding by message UUID without a time window needs the message_uuid index")
 )
 
 // RetryableError marks a transient database error (deadlock, lock wait timeout,

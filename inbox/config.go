@@ -39,6 +39,13 @@ type Config struct {
 	Consumer func(msg *message.Message) (string, error)
 	// Metrics receives the counters (default: none).
 	Metrics Metrics
+	// Observe, when set, is called once per message the middleware decides on, with
+	// the consumer and whether the message is a duplicate (already applied: the handler
+	// is skipped), before the handler runs. It runs in the handler's goroutine with
+	// msg.Context() (a tracing middleware's span, for one): package otel of this
+	// repository's OpenTelemetry module marks the span outbox.inbox.duplicate. It must
+	// not block. Defaults to nil (nothing called).
+	Observe func(msg *message.Message, consumer string, duplicate bool)
 	// Now stamps processed_at (default time.Now).
 	Now func() time.Time
 }

@@ -140,6 +140,9 @@ func (i *Inbox) Middleware() message.HandlerMiddleware {
 
 // count counts a recorded message or a skipped duplicate.
 func (i *Inbox) count(msg *message.Message, consumer string, first bool) {
+	if i.config.Observe != nil {
+		i.config.Observe(msg, consumer, !first)
+	}
 	if !first {
 		i.duplicates.Add(1)
 		i.config.Metrics.Duplicate(consumer)

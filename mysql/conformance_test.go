@@ -89,6 +89,14 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 		},
 		Placeholder:    func(int) string { return "?" },
 		QualifiedTable: mysql.QualifiedTable,
+		CreateFindIndex: func(db *sql.DB, opts outbox.Options) error {
+			script, err := mysql.FindIndexScript(opts)
+			if err != nil {
+				return err
+			}
+			_, err = db.Exec(script)
+			return err
+		},
 		RowWhere:       rowWhere,
 		InvalidPrefixes: []outboxtest.InvalidPrefix{
 			{Prefix: strings.Repeat("p", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},

@@ -77,6 +77,13 @@ func TestExplain(t *testing.T) {
 // two days later, so that the hot reads have rows to skip.
 func fillExplainTable(t *testing.T, ctx context.Context, db *sql.DB, s *mysql.Store, table string, total, laneCount int) {
 	t.Helper()
+	fillExplainTableWith(t, ctx, db, s, table, total, laneCount, nil)
+}
+
+// fillExplainTableWith is fillExplainTable with mod applied to the i-th record before
+// it is inserted.
+func fillExplainTableWith(t *testing.T, ctx context.Context, db *sql.DB, s *mysql.Store, table string, total, laneCount int, mod func(i int, r *outbox.Record)) {
+	t.Helper()
 	recs := make([]outbox.Record, 0, 10_000)
 	var parked [][]byte
 	for i := 0; i < total; i++ {
@@ -91,6 +98,9 @@ func fillExplainTable(t *testing.T, ctx context.Context, db *sql.DB, s *mysql.St
 		}
 		if i/4%10 == 3 {
 			parked = append(parked, r.ID[:])
+		}
+		if mod != nil {
+			mod(i, &r)
 		}
 		recs = append(recs, r)
 		if len(recs) == cap(recs) || i == total-1 {

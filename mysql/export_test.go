@@ -96,3 +96,27 @@ func ParkedStatements(s *Store, limit int) map[string]string {
 		"parked keys":        bind(s.q.parkedKeys, int64(parkedLane(5))),
 	}
 }
+
+// FindStatements returns FindRows' statements for q (values inlined), for EXPLAIN.
+func FindStatements(s *Store, q outbox.FindQuery, indexed bool) []string {
+	var out []string
+	for _, st := range findStatements(s.q.outboxName, s.opts.Lanes, q.WithDefaults(), indexed) {
+		out = append(out, bind(st.query, st.args...))
+	}
+	return out
+}
+
+// FindInboxStatements returns FindInbox's two statements for uuid and consumers
+// (values inlined), for EXPLAIN.
+func FindInboxStatements(s *Store, uuid string, consumers []string) (list, entries string) {
+	args := make([]any, 0, len(consumers)+1)
+	for _, c := range consumers {
+		args = append(args, []byte(c))
+	}
+	return inboxConsumersStatement(s.q.inbox), bind(inboxFindStatement(s.q.inbox, len(consumers)), append(args, []byte(uuid))...)
+}
+
+// LockedRowsStatements returns LockedRows' two reads of ids, for EXPLAIN.
+func LockedRowsStatements(s *Store, ids []outbox.ID) (free, present string) {
+	return lockedRowsStatements(s.q.outboxName, ids)
+}

@@ -96,6 +96,11 @@ type Harness struct {
 	// Isolation rules check with it that the store does not rely on the server's
 	// default level. The suite closes it. Required: the rules fail without it.
 	OpenSerializable func() (*sql.DB, error)
+	// CreateFindIndex, when set, runs the dialect's FindIndexScript for opts on db (the
+	// optional message_uuid index of outbox.Finder). The Find rules then also look a
+	// UUID up without a time window; without it they check that such a lookup fails
+	// with outbox.ErrFindNeedsIndex only.
+	CreateFindIndex func(db *sql.DB, opts outbox.Options) error
 
 	// MaxParams is the most bind parameters one statement may carry on this engine
 	// (MySQL/MariaDB 65535, PostgreSQL 65535 with pgx, SQL Server 2100 minus a margin).

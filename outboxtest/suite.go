@@ -74,6 +74,7 @@ func groups() []group {
 		{"Inbox", inboxTests()},
 		{"Triggers", triggerTests()},
 		{"Isolation", isolationTests()},
+		{"Find", findTests()},
 	}
 }
 

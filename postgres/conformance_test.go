@@ -30,6 +30,14 @@ func harness(t testing.TB) outboxtest.Harness {
 		},
 		Placeholder:    func(n int) string { return fmt.Sprintf("$%d", n) },
 		QualifiedTable: postgres.QualifiedTable,
+		CreateFindIndex: func(db *sql.DB, opts outbox.Options) error {
+			script, err := postgres.FindIndexScript(opts)
+			if err != nil {
+				return err
+			}
+			_, err = db.Exec(script)
+			return err
+		},
 		InvalidPrefixes: []outboxtest.InvalidPrefix{
 			{Prefix: strings.Repeat("p", postgres.MaxTablePrefixBytes+1), ErrContains: "TablePrefix"},
 			{Prefix: strings.Repeat("é", postgres.MaxTablePrefixBytes/2+1), ErrContains: "bytes"},

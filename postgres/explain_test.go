@@ -254,6 +254,8 @@ func explain(t *testing.T, ctx context.Context, db *sql.DB, mode, query string, 
 				params[i] = "ARRAY[" + strings.Join(elems, ", ") + "]"
 			case time.Time:
 				params[i] = "'" + v.UTC().Format("2006-01-02 15:04:05.999999Z07:00") + "'::timestamptz"
+			case string:
+				params[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
 			default:
 				params[i] = fmt.Sprint(v)
 			}

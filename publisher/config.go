@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"time"
@@ -54,6 +55,16 @@ type Config struct {
 	MessageType func(topic string, msg *message.Message) (string, error)
 	// TenantID returns an optional tenant. Default: TenantIDFromMetadata.
 	TenantID func(topic string, msg *message.Message) (string, error)
+
+	// ExtraMetadata, when set, returns metadata to store with the message beside its
+	// own: ctx is the context the transaction was begun with (Begin, BeginConn, WithTx,
+	// the message's context under Middleware; context.Background() for an attached
+	// transaction). A key the message already has keeps the message's value; the
+	// caller's message is never changed. Package otel of this repository's
+	// OpenTelemetry module uses it to record the W3C trace context and baggage
+	// (traceparent, tracestate, baggage). Returning nil adds nothing and allocates
+	// nothing. Defaults to nil (nothing added).
+	ExtraMetadata func(ctx context.Context, topic string, msg *message.Message) (message.Metadata, error)
 
 	// Notifier, when set, is told after every successful commit which lanes and how
 	// many unordered rows were written, so that a forwarder in this process sends them

@@ -96,7 +96,7 @@ func (t *Tx) Publish(topic string, msgs ...*message.Message) error {
 		if msg == nil {
 			return fmt.Errorf("publisher: Publish to %q: message %d is nil", topic, i)
 		}
-		r, err := t.ob.prepare(topic, msg, now)
+		r, err := t.ob.prepare(t.metadataCtx(), topic, msg, now)
 		if err != nil {
 			return fmt.Errorf("publisher: Publish to %q: message %d (uuid %q): %w", topic, i, msg.UUID, err)
 		}
@@ -124,8 +124,12 @@ func (t *Tx) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // prepare turns msg into a record with owned bytes; ID is set by the caller.
-func (o *Outbox) prepare(topic string, msg *message.Message, now time.Time) (outbox.Record, error) {
+func (o *Outbox) prepare(ctx context.Context, topic string, msg *message.Message, now time.Time) (outbox.Record, error) {
 	c := &o.config
+	md, err := o.metadata(ctx, topic, msg)
+	if err != nil {
+		return outbox.Record{}, err
+	}
 	key, err := c.OrderingKey(topic, msg)
 	if err != nil {
 		return outbox.Record{}, fmt.Errorf("OrderingKey: %w", err)
@@ -156,9 +160,9 @@ func (o *Outbox) prepare(topic string, msg *message.Message, now time.Time) (out
 
 	// One allocation holds both the encoded headers and the payload copy. The body is a
 	// non-nil slice even for an empty payload: drivers send a nil []byte as NULL.
-	hlen := headercodec.EncodedMetadataLen(msg.Metadata)
+	hlen := headercodec.EncodedMetadataLen(md)
 	buf := make([]byte, 0, hlen+len(msg.Payload))
-	buf = headercodec.EncodeMetadata(buf, msg.Metadata)
+	buf = headercodec.EncodeMetadata(buf, md)
 	h := len(buf)
 	buf = append(buf, msg.Payload...)
 

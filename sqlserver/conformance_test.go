@@ -41,6 +41,18 @@ func harness(t testing.TB) outboxtest.Harness {
 		},
 		Placeholder:    func(n int) string { return "@p" + strconv.Itoa(n) },
 		QualifiedTable: sqlserver.QualifiedTable,
+		CreateFindIndex: func(db *sql.DB, opts outbox.Options) error {
+			script, err := sqlserver.FindIndexScript(opts)
+			if err != nil {
+				return err
+			}
+			for _, st := range strings.Split(strings.TrimSpace(script), "\n\n") {
+				if _, err := db.Exec(st); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		InvalidPrefixes: []outboxtest.InvalidPrefix{
 			{Prefix: strings.Repeat("p", sqlserver.MaxTablePrefixUnits+1), ErrContains: "TablePrefix"},
 			// 54 supplementary characters are 108 UTF-16 code units: too long, although

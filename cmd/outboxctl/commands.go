@@ -22,9 +22,22 @@ import (
 
 // ---------------------------------------------------------------- schema
 
+func schemaPrintFlags(fs *flag.FlagSet, o *opts) {
+	fs.BoolVar(&o.findIndex, "find-index", false, "print the optional message_uuid index of `find -uuid` instead (costs every publish)")
+}
+
 func schemaPrint(_ context.Context, o *opts, w io.Writer) error {
 	var script string
 	var err error
+	if o.findIndex {
+		if script, err = findIndexScript(o); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "-- watermill-outbox: the optional index on message_uuid for %s, prefix %q, schema %q: it lets `outboxctl find -uuid`\n"+
+			"-- look a message up without -since; it costs every publish (benchmarks/README.md, \"outboxctl find\")\n", o.dialect, o.prefix, o.schema)
+		_, err = io.WriteString(w, script)
+		return err
+	}
 	switch o.dialect {
 	case "postgres":
 		script, err = postgres.CreateScript(o.options())

@@ -9,6 +9,17 @@
 //	outboxctl parked purge   -dsn "$DSN" (-id ID[,ID...] | -key K | -all) --yes
 //	outboxctl leases        -dsn "$DSN" [--json]                    # lane leases and live forwarders
 //	outboxctl serve         -dsn "$DSN" [-listen 127.0.0.1:8080] [-allow-mutations]  # the web dashboard
+//	outboxctl find          -dsn "$DSN" (-uuid U | -key K | -topic T) [-since T] [-until T] [-limit N] [--json]
+//
+// find says where messages are (outbox.Find): by message UUID, by ordering key, or by
+// topic and creation window (-since/-until: RFC 3339 times or durations back from now),
+// per matching row its state (pending, scheduled for T, claimed under a token, locked
+// in a forwarder's open batch, parked with its error and attempts) and its lane's
+// lease, and for a UUID the inbox entries of every consumer that processed it (first
+// processed, duplicates skipped), or "not in the outbox" (sent or never committed,
+// which the database cannot tell apart). A UUID without a window needs the optional
+// message_uuid index: `schema print -find-index` prints its DDL (it costs every
+// publish).
 //
 // Every command takes -dialect (mysql, postgres or sqlserver; guessed from the DSN when
 // omitted), -dsn (or the OUTBOX_DSN environment variable), -schema, -prefix and -lanes,
@@ -36,8 +47,13 @@
 // when capped), oldest_age_seconds}]}}; parked list [{id, message_uuid, lane,
 // ordering_key, transport, destination, message_type, tenant_id, attempts, last_error,
 // created_at, deliver_at, body_bytes}]; parked requeue/purge {action, rows}; leases {now,
-// members, held: {owner: lanes}, leases: [{lane, owner, token, expires_at, live}]}. Times
-// are RFC 3339 in UTC.
+// members, held: {owner: lanes}, leases: [{lane, owner, token, expires_at, live}]}; find
+// {table, now, message_uuid, ordering_key, topic, since, until, rows: [{id, message_uuid,
+// state, lane, ordering_key, transport, destination, message_type, tenant_id,
+// created_at, deliver_at, attempts, last_error, claim: null or {token, expires_at, live},
+// lane_lease: null or {lane, owner, token, expires_at, live}, metadata}], more, inbox:
+// [{consumer, processed_at, duplicates}], inbox_table, not_in_outbox, hint}. Times are
+// RFC 3339 in UTC.
 //
 // serve runs the web dashboard (package dashboard) until interrupted, on
 // 127.0.0.1:8080 unless -listen names another address. It has no authentication of its

@@ -26,7 +26,7 @@ func main() {
 const usage = `outboxctl: operate watermill-outbox tables
 
 usage:
-  outboxctl schema print   [-dialect D] [-schema S] [-prefix P]
+  outboxctl schema print   [-dialect D] [-schema S] [-prefix P] [-find-index]
   outboxctl schema apply   -dsn DSN [-dialect D] [-schema S] [-prefix P]
   outboxctl stats          -dsn DSN [-prefix P] [--json]
   outboxctl parked list    -dsn DSN [-key K] [-after ID] [-limit N] [--json]
@@ -34,6 +34,7 @@ usage:
   outboxctl parked purge   -dsn DSN (-id ID[,ID...] | -key K | -all) --yes
   outboxctl leases         -dsn DSN [--json]
   outboxctl serve          -dsn DSN [-listen 127.0.0.1:8080] [-allow-mutations] [-title T]
+  outboxctl find           -dsn DSN (-uuid U | -key K | -topic T) [-since T] [-until T] [-limit N] [--json]
 
 common flags (after the command):
   -dialect  mysql | postgres | sqlserver (default: guessed from -dsn; mysql for schema print)
@@ -142,13 +143,14 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"schema print":   {needsDB: false, run: schemaPrint},
+	"schema print":   {needsDB: false, flags: schemaPrintFlags, run: schemaPrint},
 	"schema apply":   {needsDB: true, run: schemaApply},
 	"stats":          {needsDB: true, run: stats},
 	"parked list":    {needsDB: true, flags: parkedListFlags, run: parkedList},
 	"parked requeue": {needsDB: true, flags: parkedFilterFlags, run: parkedRequeue},
 	"parked purge":   {needsDB: true, flags: parkedPurgeFlags, run: parkedPurge},
 	"leases":         {needsDB: true, run: leases},
+	"find":           {needsDB: true, flags: findFlags, run: find},
 }
 
 // opts are the flags every command shares, plus the per-command ones.
@@ -169,6 +171,10 @@ type opts struct {
 	yes    bool
 	after  string
 	limit  int
+
+	// find
+	uuid, topic, since, until string
+	findIndex                 bool
 
 	now func() time.Time
 

@@ -291,6 +291,7 @@ func main() {
 	})
 	seq("seq: PK (lane, id), KEY (seq)", "PRIMARY KEY (lane, id), KEY ix_seq (seq)")
 	seq("seq: PK (seq), KEY (lane), KEY (lane, id)", "PRIMARY KEY (seq), KEY ix_lane (lane), KEY ix_id (lane, id)")
+	add("PK (lane, id) + index (message_uuid)", func(v *variant) { v.pkLane = true; v.index = ",\n KEY ix_uuid (message_uuid)" })
 	add("TINYINT status, index (lane, id), no CHECKs", func(v *variant) {
 		v.status = "TINYINT"
 		v.statusDef = "0"
