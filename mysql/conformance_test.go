@@ -97,7 +97,7 @@ func harness(t testing.TB, v dsnVariant) outboxtest.Harness {
 			_, err = db.Exec(script)
 			return err
 		},
-		RowWhere:       rowWhere,
+		RowWhere: rowWhere,
 		InvalidPrefixes: []outboxtest.InvalidPrefix{
 			{Prefix: strings.Repeat("p", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},
 			{Prefix: strings.Repeat("é", mysql.MaxTablePrefixChars+1), ErrContains: "at most 52 characters"},

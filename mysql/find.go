@@ -100,10 +100,7 @@ func findStatements(table string, laneCount int, q outbox.FindQuery, indexed boo
 		args = append(args, q.MessageUUID)
 		window()
 	case q.MessageUUID != "":
-		where = append(where, "lane IN ("+allLanesList(laneCount)+")")
-		window()
-		where = append(where, "message_uuid = ?")
-		args = append(args, q.MessageUUID)
+		return windowStatements(laneCount, window, build, "message_uuid = ?", q.MessageUUID, &where, &args)
 	case q.OrderingKey != "":
 		lane := lanes.Of(q.OrderingKey, laneCount)
 		var sts []statement
@@ -116,19 +113,35 @@ func findStatements(table string, laneCount int, q outbox.FindQuery, indexed boo
 		}
 		return sts
 	default:
-		where = append(where, "lane IN ("+allLanesList(laneCount)+")")
-		window()
-		where = append(where, "destination = ?")
-		args = append(args, q.Topic)
+		return windowStatements(laneCount, window, build, "destination = ?", q.Topic, &where, &args)
 	}
 	return []statement{build()}
 }
 
-// allLanesList lists every lane value a row may hold: -1 and 0..lanes-1 (pending), and
-// their parked values (parkedLane).
-func allLanesList(laneCount int) string {
-	b := []byte(laneList(laneCount))
-	for l := outbox.Unordered; l < laneCount; l++ {
+// windowStatements builds a window's lookups: the unordered rows (pending and parked,
+// seq -1) as a range of the primary key (lane, seq, id) on their ids, and the rows of
+// the lanes, whose ids come third in the key after seq: those lanes are read whole (a
+// lane's order is seq, which no id bounds), filtered by the window.
+func windowStatements(laneCount int, window func(), build func() statement, cond string, arg any, where *[]string, args *[]any) []statement {
+	*where, *args = []string{"lane IN (-1, -2) AND seq = -1"}, nil
+	window()
+	*where, *args = append(*where, cond), append(*args, arg)
+	sts := []statement{build()}
+	*where, *args = []string{"lane IN (" + orderedLanesList(laneCount) + ")"}, nil
+	window()
+	*where, *args = append(*where, cond), append(*args, arg)
+	return append(sts, build())
+}
+
+// orderedLanesList lists every lane value a row of a lane may hold: 0..lanes-1
+// (pending) and their parked values (parkedLane).
+func orderedLanesList(laneCount int) string {
+	var b []byte
+	for l := 0; l < laneCount; l++ {
+		if l > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(l), 10)
 		b = strconv.AppendInt(append(b, ','), int64(parkedLane(l)), 10)
 	}
 	return string(b)
@@ -238,8 +251,10 @@ func (s *Store) LockedRows(ctx context.Context, ids []outbox.ID) ([]outbox.ID, e
 // lockedRowsStatements are LockedRows' reads of ids (points of the primary key): the
 // rows it can lock, and the rows that exist.
 func lockedRowsStatements(table string, ids []outbox.ID) (free, present string) {
-	where := " WHERE lane = -1 AND id IN (" + string(appendIDList(nil, ids)) + ")"
-	return "SELECT id FROM " + table + where + " FOR UPDATE SKIP LOCKED", "SELECT id FROM " + table + where
+	where := " WHERE lane = -1 AND seq = -1 AND id IN (" + string(appendIDList(nil, ids)) + ")"
+	// FORCE INDEX: ix_seq holds the whole key too, and an unordered row (seq -1) would
+	// otherwise be looked up twice.
+	return "SELECT id FROM " + table + " FORCE INDEX (PRIMARY)" + where + " FOR UPDATE SKIP LOCKED", "SELECT id FROM " + table + " FORCE INDEX (PRIMARY)" + where
 }
 
 // idSet runs q (selecting one id column) and returns the ids.

@@ -62,10 +62,10 @@ func TestExplainDashboardReads(t *testing.T) {
 		name, query, index string
 		args               []any
 	}{
-		{"parked page", s.q.parked[keyAny], opts.TablePrefix + suffixParkedIx, []any{zero[:], 50}},
-		{"parked page of one key", s.q.parked[keyOne], opts.TablePrefix + suffixParkKeyIx, []any{zero[:], 50, "'key-1'"}},
-		{"parked row by id", s.q.parked[keyAny], opts.TablePrefix + suffixParkedIx, []any{zero[:], 1}},
-		{"eligible rows of a lane", s.q.readLane, opts.TablePrefix + suffixLaneIx, []any{5, zero[:], t0.Add(time.Second), 50}},
+		{"parked page", s.q.parked[keyAny], opts.TablePrefix + suffixParkedIx, []any{zero[:], 50, 1024}},
+		{"parked page of one key", s.q.parked[keyOne], opts.TablePrefix + suffixParkKeyIx, []any{zero[:], 50, "'key-1'", 1024}},
+		{"parked row by id", s.q.parked[keyAny], opts.TablePrefix + suffixParkedIx, []any{zero[:], 1, 1024}},
+		{"eligible rows of a lane", s.q.laneRun, opts.TablePrefix + suffixLaneIx, []any{5, int64(0), 50}},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			plan := explain(t, ctx, db, mode, st.query, st.args)
