@@ -90,8 +90,12 @@ func findStatements(table string, laneCount int, q outbox.FindQuery, indexed boo
 			}
 		}
 	}
+	hint := " FORCE INDEX (PRIMARY)" // ranges of the key; a lane read whole still walks it, never a scan
+	if q.MessageUUID != "" && indexed {
+		hint = ""
+	}
 	build := func() statement {
-		return statement{query: fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY id LIMIT ?", recordColumns, table, strings.Join(where, " AND ")),
+		return statement{query: fmt.Sprintf("SELECT %s FROM %s%s WHERE %s ORDER BY id LIMIT ?", recordColumns, table, hint, strings.Join(where, " AND ")),
 			args: append(args, int64(q.Limit+1))}
 	}
 	switch {
