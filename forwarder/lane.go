@@ -3,6 +3,7 @@ package forwarder
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +40,11 @@ type laneWorker struct {
 	// wakeQuietMax).
 	emptyWakes int
 	quietUntil time.Time
-	errDelay   time.Duration // the next pause after a failed statement
+	// busy holds the keys of detached parts (sendRun) still sending: their rows are
+	// left out of the next runs until the part has settled.
+	busyMu   sync.Mutex
+	busy     map[string]struct{}
+	errDelay time.Duration // the next pause after a failed statement
 	// The scout's flag gates only idle polls: after a wake-up or a read that found rows
 	// the worker reads again whatever the flag says (the scout may not have seen a
 	// lane's new rows yet); after a woken read that found nothing, once more (a lagging
@@ -67,7 +72,14 @@ func (w *laneWorker) run() {
 func (w *laneWorker) exit() {
 	f := w.f
 	f.held[w.lane].Store(false)
-	f.releaseLease(w.lane, w.h.token)
+	if n := w.busyKeys(); n == 0 {
+		f.releaseLease(w.lane, w.h.token)
+	} else {
+		// A detached slow key may still be sending: the lease is left to expire, so that
+		// no other forwarder sends the key's later rows meanwhile (the part sends
+		// nothing more once it expires, and settles fenced by it).
+		w.log("Lane given up with slow keys still sending; its lease is left to expire", nil, watermill.LogFields{"keys": n})
+	}
 	f.reportLanesHeld()
 	w.h.cancel()
 	close(w.h.done)
@@ -116,6 +128,12 @@ func (w *laneWorker) step() bool {
 		return w.pause(d)
 	}
 	w.errDelay, w.idle, w.emptyWakes = cfg.PollInterval, cfg.PollInterval, 0
+	if w.dropBusy(); len(w.head) == 0 { // only busy keys' rows: their parts wake us
+		return w.pause(cfg.PollInterval)
+	}
+	if w.busyKeys() >= cfg.KeysInFlight {
+		return w.pause(cfg.PollInterval) // every key place is taken by slow keys
+	}
 	w.dels = make([]delivery, len(w.head)) // messages sent keep theirs (RowFromContext)
 	return w.settle(w.sendRun())
 }

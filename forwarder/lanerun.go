@@ -1,6 +1,7 @@
 package forwarder
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -37,33 +38,192 @@ type keyPart struct {
 	sent int                // the leading rows delivered
 	fail *rowFailure
 	stop bool
+	// head and dels are the run's records and deliveries the rows index: a part that is
+	// detached (a slow key) keeps them while the worker reads the next runs into new ones.
+	head  []outbox.Record
+	dels  []delivery
+	key   string
+	state atomic.Int32 // partIdle, partRunning, partDone, partSkipped, partDetached
 }
 
-// sendRun sends the head run: each ordering key's rows in id order, up to KeysInFlight
+// States of a keyPart in a run that may detach its slow keys.
+const (
+	partIdle int32 = iota
+	partRunning
+	partDone
+	partSkipped  // not started when the run was cut: its rows are read again
+	partDetached // still sending when the run was cut: it settles itself (settleDetached)
+)
+
+// sendRun sends the head run: each ordering key's rows in lane order, up to KeysInFlight
 // keys at once, and says what was delivered. After a key's row fails to be sent (the
 // target may be down), no further key of the run is started: a target outage costs a
-// lane at most KeysInFlight attempts per retry, not one per key of the run.
+// lane at most KeysInFlight attempts per retry, not one per key of the run. A key still
+// sending after keyHold (a slow or hung target call) is detached: the run settles
+// without it, the key stays busy (its later rows wait) while its part goes on and
+// settles itself, and the lane's other keys flow on in the next runs, up to
+// KeysInFlight keys at once. Strict order (KeysInFlight 1, StopLaneOnPoison) never
+// detaches: the whole lane waits.
 func (w *laneWorker) sendRun() *runResult {
 	parts := w.split()
 	w.halt.Store(false)
 	var next atomic.Int32
+	var cut atomic.Bool
 	work := func() {
-		for !w.halt.Load() {
+		for !w.halt.Load() && !cut.Load() {
 			i := int(next.Add(1)) - 1
 			if i >= len(parts) {
 				return
 			}
-			w.sendPart(&parts[i])
+			p := &parts[i]
+			if !p.state.CompareAndSwap(partIdle, partRunning) {
+				return // the run was cut before this part started
+			}
+			w.sendPart(p)
+			if !p.state.CompareAndSwap(partRunning, partDone) {
+				w.settleDetached(p) // detached meanwhile: it settles itself
+				return
+			}
 		}
 	}
-	// n-1 helpers and the worker itself take the parts in turn.
 	var wg sync.WaitGroup
-	for range min(len(parts), w.cfg.KeysInFlight) - 1 {
+	for range max(min(len(parts), w.cfg.KeysInFlight-w.busyKeys()), 1) {
 		wg.Go(work)
 	}
-	work()
-	wg.Wait()
+	if w.strict() {
+		wg.Wait()
+		return w.collect(parts)
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	hold := time.NewTimer(w.keyHold())
+	defer hold.Stop()
+	select {
+	case <-done:
+		return w.collect(parts)
+	case <-hold.C:
+	}
+	cut.Store(true)
+	if !w.detach(parts) {
+		<-done // every part finished meanwhile
+	}
 	return w.collect(parts)
+}
+
+// strict reports the modes that send a run strictly in lane order (one part).
+func (w *laneWorker) strict() bool { return w.cfg.KeysInFlight == 1 || w.cfg.StopLaneOnPoison }
+
+// keyHold is how long a run waits for its slowest keys before detaching them.
+func (w *laneWorker) keyHold() time.Duration { return min(lockHoldMax, w.cfg.LeaseTTL/4) }
+
+// detach ends a cut run: parts not started are skipped (their rows are read again),
+// parts still sending are detached and their keys marked busy. It reports whether it
+// detached any; the worker then reads its next runs into new arrays, the detached
+// parts keeping the run's records, deliveries and parts.
+func (w *laneWorker) detach(parts []keyPart) bool {
+	detached := false
+	for i := range parts {
+		p := &parts[i]
+		if p.state.CompareAndSwap(partIdle, partSkipped) {
+			continue
+		}
+		if p.state.CompareAndSwap(partRunning, partDetached) {
+			w.setBusy(p.key, true)
+			detached = true
+		}
+	}
+	if detached {
+		w.log("Slow keys of a lane run detached; the lane's other keys go on", nil, nil)
+		w.head, w.dels, w.parts = nil, nil, nil
+	}
+	return detached
+}
+
+// busyKeys counts the keys of detached parts still sending.
+func (w *laneWorker) busyKeys() int {
+	w.busyMu.Lock()
+	defer w.busyMu.Unlock()
+	return len(w.busy)
+}
+
+// setBusy marks key busy (a detached part sends its rows) or free again.
+func (w *laneWorker) setBusy(key string, busy bool) {
+	w.busyMu.Lock()
+	defer w.busyMu.Unlock()
+	if busy {
+		if w.busy == nil {
+			w.busy = map[string]struct{}{}
+		}
+		w.busy[key] = struct{}{}
+	} else {
+		delete(w.busy, key)
+	}
+}
+
+// dropBusy removes from the head run the rows of busy keys: they are sent by their
+// detached part, and their later rows wait for it.
+func (w *laneWorker) dropBusy() {
+	w.busyMu.Lock()
+	defer w.busyMu.Unlock()
+	if len(w.busy) == 0 {
+		return
+	}
+	n := 0
+	for i := range w.head {
+		if _, busy := w.busy[w.head[i].OrderingKey]; busy {
+			continue
+		}
+		if i != n {
+			w.head[n], w.head[i] = w.head[i], w.head[n]
+		}
+		n++
+	}
+	w.head = w.head[:n]
+}
+
+// settleDetached deletes the rows a detached part delivered and records its failure,
+// each fenced by the lease in one try (what fails is sent again: at least once), then
+// frees its key and wakes the worker.
+func (w *laneWorker) settleDetached(p *keyPart) {
+	f := w.f
+	defer func() {
+		w.setBusy(p.key, false)
+		wake(f.laneWake[w.lane])
+	}()
+	ctx, cancel := context.WithTimeout(f.hardCtx, w.cfg.LeaseTTL)
+	defer cancel()
+	if p.sent > 0 {
+		ids, seqs := make([]outbox.ID, p.sent), make([]int64, p.sent)
+		for k, r := range p.rows[:p.sent] {
+			ids[k], seqs[k] = p.head[r].ID, p.head[r].Seq
+		}
+		n, err := f.store.Complete(ctx, outbox.CompleteParams{IDs: ids, Seqs: seqs, Now: f.now(), Lane: w.lane, Lease: w.h.token})
+		if err != nil || n < len(ids) {
+			w.log("A slow key's sent rows were not all deleted (they are sent again)", err, watermill.LogFields{"rows": len(ids) - n})
+		}
+		f.counters[w.lane+1].sent.Add(uint64(n))
+		for range n {
+			f.metrics.MessageSent(w.lane)
+		}
+	}
+	if p.fail != nil {
+		rec := p.fail.rec
+		attempts := rec.Attempts + 1
+		park := p.fail.park || attempts >= w.cfg.MaxAttempts
+		var retryAt time.Time
+		if !park {
+			retryAt = f.now().Add(w.cfg.backoff(attempts))
+		}
+		ok, err := f.store.Fail(ctx, outbox.FailParams{ID: rec.ID, Seq: rec.Seq, Now: f.now(), Error: p.fail.reason, RetryAt: retryAt, Park: park, Lane: w.lane, Lease: w.h.token})
+		if ok {
+			f.countFailure(w.lane, park)
+		} else {
+			w.log("A slow key's failed row was not recorded (it is sent again)", err, nil)
+		}
+	}
 }
 
 // split cuts the head run into one part per ordering key (reusing the worker's
@@ -83,7 +243,7 @@ func (w *laneWorker) split() []keyPart {
 		k, ok := w.partOf[w.head[i].OrderingKey]
 		if !ok {
 			k = len(w.parts)
-			w.nextPart()
+			w.nextPart().key = w.head[i].OrderingKey
 			w.partOf[w.head[i].OrderingKey] = k
 		}
 		w.parts[k].rows = append(w.parts[k].rows, i)
@@ -94,13 +254,15 @@ func (w *laneWorker) split() []keyPart {
 // nextPart appends an empty part to w.parts, reusing the storage of an earlier run's.
 func (w *laneWorker) nextPart() *keyPart {
 	if len(w.parts) == cap(w.parts) {
-		w.parts = append(w.parts, keyPart{})
+		w.parts = append(w.parts, keyPart{head: w.head, dels: w.dels})
 		return &w.parts[len(w.parts)-1]
 	}
 	w.parts = w.parts[:len(w.parts)+1]
 	p := &w.parts[len(w.parts)-1]
 	clear(p.msgs[:cap(p.msgs)]) // the last run's messages: let them go
-	*p = keyPart{rows: p.rows[:0], msgs: p.msgs[:0]}
+	p.rows, p.msgs, p.sent, p.fail, p.stop, p.key = p.rows[:0], p.msgs[:0], 0, nil, false, ""
+	p.head, p.dels = w.head, w.dels
+	p.state.Store(partIdle)
 	return p
 }
 
@@ -110,9 +272,12 @@ func (w *laneWorker) collect(parts []keyPart) *runResult {
 	res.sent, res.seqs, res.fails, res.stop = res.sent[:0], res.seqs[:0], res.fails[:0], false
 	for i := range parts {
 		p := &parts[i]
+		if st := p.state.Load(); st == partSkipped || st == partDetached {
+			continue // not started, or settling itself
+		}
 		for _, r := range p.rows[:p.sent] {
-			res.sent = append(res.sent, w.head[r].ID)
-			res.seqs = append(res.seqs, w.head[r].Seq)
+			res.sent = append(res.sent, p.head[r].ID)
+			res.seqs = append(res.seqs, p.head[r].Seq)
 		}
 		if p.fail != nil {
 			res.fails = append(res.fails, *p.fail)
@@ -144,8 +309,8 @@ func (w *laneWorker) emitPart(p *keyPart) {
 		if w.draining() || !w.h.live(f.mono()) {
 			return
 		}
-		rec := &w.head[i]
-		msg, d, reason := w.prepare(i)
+		rec := &p.head[i]
+		msg, d, reason := w.prepare(p, i)
 		if reason != "" {
 			p.fail = &rowFailure{rec: rec, reason: reason, park: true}
 			return
@@ -201,7 +366,7 @@ func (w *laneWorker) publishPart(p *keyPart) {
 		}
 		p.sent = end
 		if reason != "" {
-			p.fail = &rowFailure{rec: &w.head[p.rows[end]], reason: reason, park: true}
+			p.fail = &rowFailure{rec: &p.head[p.rows[end]], reason: reason, park: true}
 			return
 		}
 	}
@@ -210,16 +375,16 @@ func (w *laneWorker) publishPart(p *keyPart) {
 // batch prepares in p.msgs the rows of p from start that go in one Publish call; end
 // is the row after them, and reason is set when that row cannot be sent at all.
 func (w *laneWorker) batch(p *keyPart, start int) (end int, reason string) {
-	first := &w.head[p.rows[start]]
+	first := &p.head[p.rows[start]]
 	p.msgs = p.msgs[:0]
 	for end = start; end < len(p.rows); end++ {
-		r := &w.head[p.rows[end]]
+		r := &p.head[p.rows[end]]
 		if end > start && (r.Transport != first.Transport || r.Destination != first.Destination ||
 			r.Attempts > 0 || first.Attempts > 0) {
 			break // a row that failed before goes alone: its next failure is its own
 		}
 		var msg *message.Message
-		if msg, _, reason = w.prepare(p.rows[end]); reason != "" {
+		if msg, _, reason = w.prepare(p, p.rows[end]); reason != "" {
 			break
 		}
 		p.msgs = append(p.msgs, msg)
@@ -232,7 +397,7 @@ func (w *laneWorker) batch(p *keyPart, start int) (end int, reason string) {
 func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 	f := w.f
 	counters := &f.counters[w.lane+1]
-	first := &w.head[p.rows[start]]
+	first := &p.head[p.rows[start]]
 	counters.inFlight.Add(int64(len(p.msgs)))
 	f.reportInFlight(w.lane)
 	returned, err := w.publish(first.Transport, first.Destination, p.msgs)
@@ -247,7 +412,7 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 		// Which of the messages went out is unknown: send them one at a time, so that
 		// the failure lands on the row that causes it (a poison message must not fail
 		// the rows before it). Those already sent are sent again.
-		failed, err = w.publishSingles(p.rows[start : start+len(p.msgs)])
+		failed, err = w.publishSingles(p, p.rows[start:start+len(p.msgs)])
 		failed += start
 	}
 	if err == nil {
@@ -257,7 +422,7 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 		p.sent, p.msgs, p.stop = failed, nil, true
 		return false
 	}
-	rec := &w.head[p.rows[failed]]
+	rec := &p.head[p.rows[failed]]
 	w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": rec.ID.String()})
 	p.sent = failed
 	p.fail = &rowFailure{rec: rec, reason: err.Error()}
@@ -269,8 +434,8 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 // The message takes the row's payload rather than a copy, and its delivery is the
 // row's slot of the run's deliveries (one allocation per run): takeHead drops both
 // before the next read, which therefore cannot overwrite a payload a message holds.
-func (w *laneWorker) prepare(i int) (*message.Message, *delivery, string) {
-	msg, d, reason := w.f.prepareRow(&w.head[i], true, &w.dels[i])
+func (w *laneWorker) prepare(p *keyPart, i int) (*message.Message, *delivery, string) {
+	msg, d, reason := w.f.prepareRow(&p.head[i], true, &p.dels[i])
 	if msg != nil && w.f.direct {
 		toTarget(msg, d)
 	}
@@ -280,13 +445,13 @@ func (w *laneWorker) prepare(i int) (*message.Message, *delivery, string) {
 // publishSingles publishes the head rows at indexes rows (all of which prepare
 // accepted) one Publish call each, in order, and returns the position in rows of the
 // first that failed, with its error.
-func (w *laneWorker) publishSingles(rows []int) (int, error) {
+func (w *laneWorker) publishSingles(p *keyPart, rows []int) (int, error) {
 	for k, i := range rows {
 		if !w.h.live(w.f.mono()) {
 			return k, errLeaseDeadline
 		}
-		r := &w.head[i]
-		msg, _, _ := w.prepare(i)
+		r := &p.head[i]
+		msg, _, _ := w.prepare(p, i)
 		returned, err := w.publish(r.Transport, r.Destination, []*message.Message{msg})
 		if !returned {
 			return k, errAbandoned
