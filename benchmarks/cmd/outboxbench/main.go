@@ -30,6 +30,7 @@ type config struct {
 	drainLimit     time.Duration // a drain still running after this is cut short
 	brokerRows     int           // RabbitMQ's; Kafka forwards kafkaRowsFactor times as many
 	slowRows       int
+	stallRows      int
 	latencySamples int
 	burstCommits   int // commits of the latency section's burst
 	burstRounds    int // bursts per variant and run
@@ -43,7 +44,7 @@ var allBrokers = []string{"rabbitmq", "kafka", "kafka_batch"}
 
 var allDatabases = []string{"mysql", "postgres"}
 
-var allSections = []string{"publish", "drain", "brokers", "slow", "latency", "scaling", "memory"}
+var allSections = []string{"publish", "drain", "brokers", "slow", "stall", "latency", "scaling", "memory"}
 
 func envOr(key, def string) string {
 	if v, ok := os.LookupEnv(key); ok {
@@ -111,6 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.drainRows, cfg.drainLimit = 5_000, 20*time.Second
 		cfg.brokerRows = 1_000
 		cfg.slowRows = 2_000
+		cfg.stallRows = 5_000
 		cfg.latencySamples = 60
 		cfg.burstCommits, cfg.burstRounds = 2_000, 2
 		cfg.scaleRows = 5_000
@@ -124,6 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.drainRows, cfg.drainLimit = 100_000, 60*time.Second
 		cfg.brokerRows = 20_000
 		cfg.slowRows = 20_000
+		cfg.stallRows = 100_000
 		cfg.latencySamples = 500
 		cfg.burstCommits, cfg.burstRounds = 10_000, 4
 		cfg.scaleRows = 20_000
@@ -264,6 +267,9 @@ func runSection(ctx context.Context, name string, e *engine, cfg config) *sectio
 	case "slow":
 		sec = newSection(e.name, name, fmt.Sprintf("3b. Ordered rows into a slow target (2 ms per Publish call): %d messages", cfg.slowRows))
 		err = slowSection(ctx, e, cfg, sec)
+	case "stall":
+		sec = newSection(e.name, name, fmt.Sprintf("3c. Unordered rows past messages hung at the target: %d messages", cfg.stallRows))
+		err = stallSection(ctx, e, cfg, sec)
 	case "latency":
 		sec = newSection(e.name, name, "4. Latency commit → publish (one message per transaction)")
 		err = latencySection(ctx, e, cfg, sec)
