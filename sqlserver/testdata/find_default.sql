@@ -6,19 +6,19 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'outbox_uuid_ix' AND obje
     CREATE INDEX [outbox_uuid_ix] ON [dbo].[outbox] ([message_uuid_key]);
 
 -- uuid, index
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.[message_uuid_key] = CAST(@uuid AS nvarchar(400)) AND CAST(o.message_uuid AS varbinary(max)) = CAST(@uuid AS varbinary(max)) AND DATALENGTH(o.message_uuid) = DATALENGTH(@uuid) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE o.[message_uuid_key] = CAST(@uuid AS nvarchar(400)) AND CAST(o.message_uuid AS varbinary(max)) = CAST(@uuid AS varbinary(max)) AND DATALENGTH(o.message_uuid) = DATALENGTH(@uuid) ORDER BY o.id
 
 -- uuid in a window, no index
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE CAST(o.message_uuid AS varbinary(max)) = CAST(@uuid AS varbinary(max)) AND DATALENGTH(o.message_uuid) = DATALENGTH(@uuid) AND o.id >= CAST(@lo AS binary(16)) AND o.id < CAST(@hi AS binary(16)) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE CAST(o.message_uuid AS varbinary(max)) = CAST(@uuid AS varbinary(max)) AND DATALENGTH(o.message_uuid) = DATALENGTH(@uuid) AND o.id >= CAST(@lo AS binary(16)) AND o.id < CAST(@hi AS binary(16)) ORDER BY o.id
 
 -- ordering key
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'pending' AND o.lane = @lane AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE o.status = 'pending' AND o.lane = @lane AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
 
 -- ordering key
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.lane = @lane AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE o.status = 'parked' AND o.lane = @lane AND CAST(o.ordering_key AS varbinary(max)) = CAST(@key AS varbinary(max)) AND DATALENGTH(o.ordering_key) = DATALENGTH(@key) ORDER BY o.id
 
 -- topic since
-SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at FROM [dbo].[outbox] AS o WHERE CAST(o.destination AS varbinary(max)) = CAST(@topic AS varbinary(max)) AND DATALENGTH(o.destination) = DATALENGTH(@topic) AND o.id >= CAST(@lo AS binary(16)) ORDER BY o.id
+SELECT TOP (@n) id, message_uuid, lane, ordering_key, transport, destination, message_type, headers, body, tenant_id, created_at, deliver_at, attempts, last_error, status, claim_token, claim_expires_at, seq FROM [dbo].[outbox] AS o WHERE CAST(o.destination AS varbinary(max)) = CAST(@topic AS varbinary(max)) AND DATALENGTH(o.destination) = DATALENGTH(@topic) AND o.id >= CAST(@lo AS binary(16)) ORDER BY o.id
 
 -- inbox entries of a UUID
 WITH c AS (
