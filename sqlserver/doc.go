@@ -113,6 +113,13 @@
 // an existing object. The script first sets the session options filtered indexes need
 // (QUOTED_IDENTIFIER ON and the others), so it also runs under sqlcmd without -I.
 //
+// A lane is read in the order its rows were inserted: an IDENTITY column, seq, numbers
+// each row at the writer's commit, and ix_lane_seq serves the head of a lane in that
+// order (see package forwarder for the guarantee). A rows table created before seq
+// existed has no migration script here (an IDENTITY added to a table numbers its rows in
+// no defined order): drain the outbox, stop its writers and forwarders, drop the rows
+// table and run CreateSchema or `outboxctl schema apply`.
+//
 // Schema, table, index and constraint names are quoted with brackets by one helper ("]"
 // doubled) and each must fit SQL Server's 128 UTF-16 code units: the prefix may be at
 // most 106 units ([MaxTablePrefixUnits]; a supplementary character counts two). NUL,

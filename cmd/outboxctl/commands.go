@@ -54,6 +54,28 @@ func schemaPrint(_ context.Context, o *opts, w io.Writer) error {
 	return err
 }
 
+// schemaMigrate prints the statements that bring a rows table of the previous schema
+// (no seq column) to the current one: the dialect's MigrateScript.
+func schemaMigrate(_ context.Context, o *opts, w io.Writer) error {
+	var script string
+	var err error
+	switch o.dialect {
+	case "postgres":
+		script, err = postgres.MigrateScript(o.options())
+	case "sqlserver":
+		return errors.New("schema migrate: no migration script for sqlserver: drain the outbox, stop its writers, drop the rows table and run schema apply (sqlserver/doc.go)")
+	default:
+		script, err = mysql.MigrateScript(o.options())
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "-- watermill-outbox: add the seq column (lanes in commit order) to the rows table of %s, prefix %q, schema %q;\n"+
+		"-- stop the forwarders (MySQL: and the writers) first (docs/operations.md)\n", o.dialect, o.prefix, o.schema)
+	_, err = io.WriteString(w, script)
+	return err
+}
+
 func schemaApply(ctx context.Context, o *opts, w io.Writer) error {
 	t, err := connect(ctx, o, false)
 	if err != nil {

@@ -3,6 +3,7 @@
 //
 //	outboxctl schema print  -dialect mysql -prefix orders_          # the DDL, for a migration tool
 //	outboxctl schema apply  -dsn "$DSN" -prefix orders_             # run it (idempotent)
+//	outboxctl schema migrate -dialect mysql -prefix orders_        # a table without seq: the statements that add it
 //	outboxctl stats         -dsn "$DSN" -prefix orders_ [--json]    # backlog per lane, parked, inbox size and duplicates
 //	outboxctl parked list   -dsn "$DSN" [-key K] [-limit N] [--json]
 //	outboxctl parked requeue -dsn "$DSN" (-id ID[,ID...] | -key K | -all)

@@ -28,6 +28,7 @@ const usage = `outboxctl: operate watermill-outbox tables
 usage:
   outboxctl schema print   [-dialect D] [-schema S] [-prefix P] [-find-index]
   outboxctl schema apply   -dsn DSN [-dialect D] [-schema S] [-prefix P]
+  outboxctl schema migrate [-dialect D] [-schema S] [-prefix P]
   outboxctl stats          -dsn DSN [-prefix P] [--json]
   outboxctl parked list    -dsn DSN [-key K] [-after ID] [-limit N] [--json]
   outboxctl parked requeue -dsn DSN (-id ID[,ID...] | -key K | -all)
@@ -145,6 +146,7 @@ type command struct {
 var commands = map[string]command{
 	"schema print":   {needsDB: false, flags: schemaPrintFlags, run: schemaPrint},
 	"schema apply":   {needsDB: true, run: schemaApply},
+	"schema migrate": {needsDB: false, run: schemaMigrate},
 	"stats":          {needsDB: true, run: stats},
 	"parked list":    {needsDB: true, flags: parkedListFlags, run: parkedList},
 	"parked requeue": {needsDB: true, flags: parkedFilterFlags, run: parkedRequeue},

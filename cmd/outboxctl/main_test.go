@@ -72,6 +72,17 @@ var dialects = []struct{ name, service, driver string }{
 	{"postgres", testenv.Postgres, "pgx"},
 }
 
+// schema migrate prints the dialect's MigrateScript (the seq column; no DSN needed);
+// SQL Server has none and says what to do instead.
+func TestSchemaMigrate(t *testing.T) {
+	for d, want := range map[string]string{"mysql": "ADD PRIMARY KEY (lane, seq, id)", "postgres": "ADD GENERATED ALWAYS AS IDENTITY"} {
+		if o := ctl(t, "schema", "migrate", "-dialect", d, "-prefix", "shop_").ok(t); !strings.Contains(o.stdout, want) || !strings.Contains(o.stdout, "shop_outbox") {
+			t.Errorf("%s: schema migrate lacks %q:\n%s", d, want, o.stdout)
+		}
+	}
+	ctl(t, "schema", "migrate", "-dialect", "sqlserver").fails(t, 1, "drop the rows table")
+}
+
 func TestSchemaPrint(t *testing.T) {
 	for _, d := range []string{"mysql", "postgres", "sqlserver"} {
 		o := ctl(t, "schema", "print", "-dialect", d, "-prefix", "shop_").ok(t)
