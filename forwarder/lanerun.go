@@ -1,7 +1,6 @@
 package forwarder
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -184,45 +183,25 @@ func (w *laneWorker) dropBusy() {
 	w.head = w.head[:n]
 }
 
-// settleDetached deletes the rows a detached part delivered and records its failure,
-// each fenced by the lease in one try (what fails is sent again: at least once), then
-// frees its key and wakes the worker.
+// settleDetached deletes the rows a detached part delivered and records its failure, as
+// a run's settle does (fenced by the lease, retried while it may be live; what is not
+// deleted is sent again), then frees its key and wakes the worker.
 func (w *laneWorker) settleDetached(p *keyPart) {
-	f := w.f
 	defer func() {
 		w.setBusy(p.key, false)
-		wake(f.laneWake[w.lane])
+		wake(w.f.laneWake[w.lane])
 	}()
-	ctx, cancel := context.WithTimeout(f.hardCtx, w.cfg.LeaseTTL)
-	defer cancel()
 	if p.sent > 0 {
 		ids, seqs := make([]outbox.ID, p.sent), make([]int64, p.sent)
 		for k, r := range p.rows[:p.sent] {
 			ids[k], seqs[k] = p.head[r].ID, p.head[r].Seq
 		}
-		n, err := f.store.Complete(ctx, outbox.CompleteParams{IDs: ids, Seqs: seqs, Now: f.now(), Lane: w.lane, Lease: w.h.token})
-		if err != nil || n < len(ids) {
-			w.log("A slow key's sent rows were not all deleted (they are sent again)", err, watermill.LogFields{"rows": len(ids) - n})
-		}
-		f.counters[w.lane+1].sent.Add(uint64(n))
-		for range n {
-			f.metrics.MessageSent(w.lane)
+		if !w.complete(ids, seqs) {
+			return
 		}
 	}
 	if p.fail != nil {
-		rec := p.fail.rec
-		attempts := rec.Attempts + 1
-		park := p.fail.park || attempts >= w.cfg.MaxAttempts
-		var retryAt time.Time
-		if !park {
-			retryAt = f.now().Add(w.cfg.backoff(attempts))
-		}
-		ok, err := f.store.Fail(ctx, outbox.FailParams{ID: rec.ID, Seq: rec.Seq, Now: f.now(), Error: p.fail.reason, RetryAt: retryAt, Park: park, Lane: w.lane, Lease: w.h.token})
-		if ok {
-			f.countFailure(w.lane, park)
-		} else {
-			w.log("A slow key's failed row was not recorded (it is sent again)", err, nil)
-		}
+		w.fail(p.fail)
 	}
 }
 
