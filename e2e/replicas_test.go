@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	outbox "github.com/relayer-go/watermill-outbox"
+	"github.com/relayer-go/watermill-outbox/e2e/internal/brokers"
 	"github.com/relayer-go/watermill-outbox/forwarder"
 	"github.com/relayer-go/watermill-outbox/internal/chaos"
 	"github.com/relayer-go/watermill-outbox/publisher"
@@ -27,6 +29,7 @@ const (
 	envWriterIndex = "OUTBOX_REPLICA_INDEX"   // 0..writers-1
 	envWriters     = "OUTBOX_REPLICA_WRITERS" // how many replicas write
 	envWriterCount = "OUTBOX_REPLICA_COUNT"   // messages this replica commits
+	envWriterTopic = "OUTBOX_REPLICA_TOPIC"   // the events' topic (default "replicas")
 )
 
 // aggregates is how many aggregate rows the replicas share (row 0 is the lockstep turn).
@@ -60,7 +63,10 @@ func TestHelperWriter(t *testing.T) {
 	me, _ := strconv.Atoi(os.Getenv(envWriterIndex))
 	writers, _ := strconv.Atoi(os.Getenv(envWriters))
 	count, _ := strconv.Atoi(os.Getenv(envWriterCount))
-	w := replica{e: e, ob: ob, agg: e.Qualify(store.Options(), store.Options().TablePrefix+"agg"), me: me, writers: writers}
+	w := replica{e: e, ob: ob, agg: e.Qualify(store.Options(), store.Options().TablePrefix+"agg"), me: me, writers: writers, topic: "replicas"}
+	if topic := os.Getenv(envWriterTopic); topic != "" {
+		w.topic = topic
+	}
 	chaos.SignalReady()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -84,7 +90,7 @@ func TestHelperWriter(t *testing.T) {
 type replica struct {
 	e           chaos.Engine
 	ob          *publisher.Outbox
-	agg         string
+	agg, topic  string
 	me, writers int
 }
 
@@ -110,7 +116,7 @@ func (w replica) commit(ctx context.Context, mode string) error {
 		msg.Metadata.Set(publisher.MetadataOrderingKey, key)
 		msg.Metadata.Set(chaos.KeyMetadata, key)
 		msg.Metadata.Set(chaos.SeqMetadata, strconv.Itoa(version+1))
-		return tx.Publish("replicas", msg)
+		return tx.Publish(w.topic, msg)
 	})
 }
 
@@ -210,3 +216,86 @@ func (r recordingTarget) Publish(_ string, msgs ...*message.Message) error {
 }
 
 func (recordingTarget) Close() error { return nil }
+
+// TestE2E_WriterReplicasKilled: four writer replicas on five shared aggregates commit
+// through the outbox while three forwarders (two in processes of their own) send to
+// Kafka; one writer and one forwarder process are SIGKILLed in the middle and started
+// again. Every committed event (each aggregate's versions 1..final, read back from the
+// aggregate rows) is delivered, and no key's events arrive out of version order.
+// Full size behind OUTBOX_TEST_FULL (make chaos).
+func TestE2E_WriterReplicasKilled(t *testing.T) {
+	for _, e := range chaos.Engines {
+		t.Run(e.Name, func(t *testing.T) { testReplicasKilled(t, e) })
+	}
+}
+
+func testReplicasKilled(t *testing.T, e chaos.Engine) {
+	const lanesN, writers = 16, 4
+	count := 150
+	if chaos.FullRun() {
+		count = 2500
+	}
+	db, dsn := e.Open(t)
+	store := e.Table(t, db, lanesN)
+	opts := store.Options()
+	createAggregates(t, db, e.Qualify(opts, opts.TablePrefix+"agg"))
+	topic := chaos.UniqueName("replicas_")
+	addrs := brokers.StartKafka(t, topic)
+	rec := chaos.NewRecorder()
+	brokers.Consume(t, brokers.KafkaSubscriber(t, addrs), topic, rec.RecordMessage)
+	pub := brokers.KafkaPublisher(t, addrs, brokers.KeyFromMetadata(publisher.MetadataOrderingKey))
+	chaos.RunForwarder(t, chaos.NewForwarder(t, store, forwarder.Targets{"": pub}, forwarder.Config{Owner: "parent", LeaseTTL: crashLeaseTTL, ClaimTTL: crashClaimTTL()}))
+	forwarderEnv := func(owner string) []string {
+		return []string{envEngine + "=" + e.Name, envDSN + "=" + dsn, envPrefix + "=" + opts.TablePrefix,
+			envLanes + "=" + strconv.Itoa(lanesN), envBrokers + "=" + strings.Join(addrs, ","),
+			envOwner + "=" + owner, envLease + "=" + crashLeaseTTL.String()}
+	}
+	startWriter := func(i int) *chaos.Child {
+		return chaos.StartChild(t, "TestHelperWriter", "writer",
+			envEngine+"="+e.Name, envDSN+"="+dsn, envPrefix+"="+opts.TablePrefix, envLanes+"="+strconv.Itoa(lanesN),
+			envWriterMode+"=aggregates", envWriterIndex+"="+strconv.Itoa(i), envWriters+"="+strconv.Itoa(writers),
+			envWriterCount+"="+strconv.Itoa(count), envWriterTopic+"="+topic)
+	}
+	fwd := []*chaos.Child{chaos.StartChild(t, "TestHelperProcess", "forwarder", forwarderEnv("child-0")...),
+		chaos.StartChild(t, "TestHelperProcess", "forwarder", forwarderEnv("child-1")...)}
+	ws := make([]*chaos.Child, writers)
+	for i := range ws {
+		ws[i] = startWriter(i)
+	}
+	// Kill a writer and a forwarder process once a quarter of the events went out.
+	rec.WaitUnique(writers*count/4, 30*time.Second, time.Minute)
+	ws[0].Kill()
+	fwd[0].Kill()
+	t.Logf("SIGKILLed writer 0 and forwarder child-0 after %d deliveries", rec.Unique())
+	ws = append(ws, startWriter(0))
+	fwd = append(fwd, chaos.StartChild(t, "TestHelperProcess", "forwarder", forwarderEnv("child-2")...))
+	for i, c := range ws[1:] {
+		chaos.WaitFor(t, 3*time.Minute, fmt.Sprintf("writer %d to finish", i+1), func() bool { done, _ := c.Exited(); return done })
+		if _, err := c.Exited(); err != nil {
+			t.Fatalf("writer %d: %v", i+1, err)
+		}
+	}
+	committed := 0
+	rows, err := db.QueryContext(t.Context(), "SELECT version FROM "+e.Qualify(opts, opts.TablePrefix+"agg")+" WHERE id > 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		committed += v
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !rec.WaitUnique(committed, 30*time.Second, 3*time.Minute) {
+		t.Fatalf("%d of %d committed events delivered", rec.Unique(), committed)
+	}
+	s := rec.Summary()
+	t.Logf("%s: %d committed events: %v", e.Name, committed, s)
+	if len(s.Violations) > 0 {
+		t.Errorf("%d events out of version order: %v", len(s.Violations), s.Violations[:min(10, len(s.Violations))])
+	}
+}
