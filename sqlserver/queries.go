@@ -99,6 +99,7 @@ type queries struct {
 	lockUnordered, lockedFail                string
 	fail, failFenced                         string
 	park, count, stats, maxLane              string
+	seqMissing                               string // 1 when the rows table exists without seq
 	nextPendingLane                          string
 	parkedAny, parkedKey, parkedNullKey      string
 	requeueAll, requeueKey, requeueNullKey   string
@@ -193,6 +194,9 @@ func newQueries(n names) *queries {
 	// forwarder has, it is the misconfiguration looked for.
 	q.maxLane = "SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'pending' " +
 		"UNION ALL SELECT MAX(lane) FROM " + t + " WITH (READUNCOMMITTED) WHERE status = 'parked') AS m"
+	// A rows table of the schema before seq (lanes in commit order) is refused by the
+	// forwarder's startup check (MaxLane) with outbox.ErrSchemaOutdated.
+	q.seqMissing = "SELECT CASE WHEN OBJECT_ID(" + quoteString(t) + ", N'U') IS NOT NULL AND COL_LENGTH(" + quoteString(t) + ", N'seq') IS NULL THEN 1 ELSE 0 END"
 
 	// The listing reads the payload's first @maxbody bytes and its length.
 	parked := "SELECT TOP (@n) " + strings.Replace(selectCols, "headers, body,", "headers, SUBSTRING(body, 1, @maxbody),", 1) +

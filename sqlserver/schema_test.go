@@ -41,7 +41,7 @@ func allQueries(q *queries) []string {
 		q.release(0, false), q.release(2, true),
 		q.complete(2, false), q.complete(2, true), q.fail, q.failFenced, q.park,
 		q.laneRun, q.parkedKeys, q.completeLane(2), q.failLane,
-		q.count, q.stats, q.maxLane, q.nextPendingLane, q.parkedAny, q.parkedKey, q.parkedNullKey,
+		q.count, q.stats, q.maxLane, q.seqMissing, q.nextPendingLane, q.parkedAny, q.parkedKey, q.parkedNullKey,
 		q.requeueAll, q.requeueKey, q.requeueNullKey, q.requeueIDs(2),
 		q.purgeAll, q.purgeKey, q.purgeNullKey, q.purgeIDs(2),
 		q.acquireLease, q.renewLease, q.releaseLease, q.leases,

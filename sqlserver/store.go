@@ -450,6 +450,14 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 
 // MaxLane returns the greatest lane in the table, or outbox.Unordered.
 func (s *Store) MaxLane(ctx context.Context) (int, error) {
+	var missing int
+	if err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, s.q.seqMissing).Scan(&missing) }); err != nil {
+		return 0, wrap("max lane", err)
+	}
+	if missing == 1 {
+		return 0, fmt.Errorf("sqlserver: max lane: %w: table %s has no seq column (the schema before 2026-12-08), so its lanes could not follow commit order; "+
+			"drain the outbox, stop its writers, drop the rows table and run CreateSchema (sqlserver/doc.go, Schema)", outbox.ErrSchemaOutdated, s.q.outbox)
+	}
 	var lane sql.NullInt64
 	err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&lane) })
 	if err != nil {

@@ -119,6 +119,8 @@ SELECT 0, o.lane, COUNT_BIG(*), MIN(o.deliver_at) FROM [dbo].[outbox] AS o WITH 
 
 SELECT MAX(m.lane) FROM (SELECT MAX(lane) AS lane FROM [dbo].[outbox] WITH (READUNCOMMITTED) WHERE status = 'pending' UNION ALL SELECT MAX(lane) FROM [dbo].[outbox] WITH (READUNCOMMITTED) WHERE status = 'parked') AS m
 
+SELECT CASE WHEN OBJECT_ID(N'[dbo].[outbox]', N'U') IS NOT NULL AND COL_LENGTH(N'[dbo].[outbox]', N'seq') IS NULL THEN 1 ELSE 0 END
+
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SELECT MIN(lane) FROM [dbo].[outbox] WITH (READPAST, READCOMMITTEDLOCK) WHERE status = 'pending' AND lane > @after
 
