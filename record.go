@@ -25,9 +25,10 @@ type Record struct {
 	ID ID
 	// Seq is the row's place in its lane: a number the database assigns when the row is
 	// inserted (at the writer's commit), so that a lane is read in the order its rows
-	// were inserted, whatever the writers' clocks. Stores set it on the rows of a lane
-	// they return (Head, Claim, ListParked); it is 0 on records to insert (ignored) and
-	// on unordered rows. The ID stays the row's identity.
+	// were inserted, whatever the writers' clocks. Stores set it on the rows they return
+	// (Head, Claim, ListParked); it is ignored on records to insert, and means nothing on
+	// an unordered row (MySQL reports 0 there, the others the number they assigned). The
+	// ID stays the row's identity.
 	Seq         int64
 	MessageUUID string // the Watermill message UUID, restored on republish
 	Lane        int    // Unordered (-1) or 0..Lanes-1

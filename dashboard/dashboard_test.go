@@ -376,7 +376,9 @@ type failingStore struct{ outbox.Store }
 
 var errStats = errors.New("connect to app_user@10.1.2.3:5432: password authentication failed")
 
-func (failingStore) Stats(context.Context, time.Time) (outbox.Stats, error) { return outbox.Stats{}, errStats }
+func (failingStore) Stats(context.Context, time.Time) (outbox.Stats, error) {
+	return outbox.Stats{}, errStats
+}
 
 // TestPartFails: a part that cannot be read is named on the page, its database error
 // goes to the log only, and the other parts are still shown.

@@ -80,7 +80,7 @@ type Config struct {
 	// LaneBatchDefault.
 	LaneBatch int
 	// KeysInFlight bounds the ordering keys of one lane run that are sent at once. A
-	// key's rows go one after another in id order (one Publish call for consecutive rows
+	// key's rows go one after another in lane order (one Publish call for consecutive rows
 	// of one topic with Run; one message at a time, each after the previous one's ack,
 	// through a router), while the other keys of the run do not wait for them. A lane
 	// holds many keys (about keys ÷ Options.Lanes), so this is what keeps more than one
@@ -88,7 +88,7 @@ type Config struct {
 	// KeysInFlight calls (Run) or messages (router) at once, 64 × 16 = 1,024 with the
 	// defaults. After a key's row fails, the run starts no further key, so a target
 	// outage costs a lane at most KeysInFlight attempts per retry. 1 sends each run
-	// strictly in id order, one row (or Publish call) at a time, as StopLaneOnPoison
+	// strictly in lane order, one row (or Publish call) at a time, as StopLaneOnPoison
 	// always does. Defaults to KeysInFlightDefault.
 	KeysInFlight int
 	// LaneStatements bounds the statements (head reads, run deletes) that the lane

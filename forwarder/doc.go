@@ -107,6 +107,8 @@
 // usual way to serialize writers of one aggregate: SELECT ... FOR UPDATE on its row),
 // every message of B is delivered after every message of A, whatever process wrote them,
 // whatever their clocks, and whether Publish was called before or after the lock wait.
+// (A transaction the application owns and flushes itself, Tx.Flush or WithAttached,
+// inserts at the flush: flush after the lock wait, as late as possible.)
 // Two transactions of one key that overlap, neither waiting for the other, have no
 // order to keep: they are delivered in the order of their inserts. An application that
 // needs order there serializes its writers on the aggregate's row. (An id, made by the
@@ -217,7 +219,8 @@
 //
 // Close (or the router's close) stops claiming, lets messages in flight finish, flushes
 // their deletes, gives back the claims of rows it claimed but did not send
-// (store.Release, no attempt counted), releases every lane lease and leaves the members
+// (store.Release, no attempt counted), releases every lane lease (but the lease of a
+// lane whose slow key is still sending, which is left to expire) and leaves the members
 // table, so other forwarders take the lanes over at their next membership check (about
 // MaxPollInterval) instead of after LeaseTTL. A lane handed over to another forwarder is
 // given up the same way, after its messages in flight settle. All of it is bounded by

@@ -649,6 +649,11 @@ func (f *Forwarder) Handler() message.NoPublishHandlerFunc {
 // and are sent again later (at least once). msgs must not be reused after an abandoned
 // call.
 func (f *Forwarder) publish(pub message.Publisher, topic string, msgs []*message.Message) (returned bool, err error) {
+	select {
+	case <-f.abandon: // no new call once the forwarder has given its messages up
+		return false, nil
+	default:
+	}
 	done := make(chan error, 1)
 	go func() { done <- pub.Publish(topic, msgs...) }()
 	select {

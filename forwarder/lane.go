@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -31,7 +30,6 @@ type laneWorker struct {
 	parts     []keyPart       // the head run cut by ordering key; reused
 	partOf    map[string]int  // ordering key → its index in parts; reused
 	res       runResult       // what sending the run did; reused
-	halt      atomic.Bool     // a key of the run failed: start no further key
 	notBefore time.Time       // a failed head is due again then (Config.Now's clock)
 	idle      time.Duration   // the next idle pause (doubles up to MaxPollInterval)
 	// emptyWakes counts the reads after wake-ups in a row that found nothing; from the
@@ -108,7 +106,10 @@ func (w *laneWorker) step() bool {
 	var err error
 	w.takeHead()
 	f.laneSem <- struct{}{}
-	w.head, err = f.store.Head(w.h.ctx, outbox.HeadQuery{Lane: w.lane, Limit: cfg.LaneBatch, Now: now, HoldParkedKeys: cfg.HoldParkedKeys}, w.head)
+	// The slow keys' rows are passed over (taken before the read: a key freed during it
+	// had its rows deleted first, and stays skipped for this run).
+	skip := w.busyList()
+	w.head, err = f.store.Head(w.h.ctx, outbox.HeadQuery{Lane: w.lane, Limit: cfg.LaneBatch, Now: now, HoldParkedKeys: cfg.HoldParkedKeys, SkipKeys: skip}, w.head)
 	<-f.laneSem
 	switch {
 	case err != nil:
@@ -128,9 +129,6 @@ func (w *laneWorker) step() bool {
 		return w.pause(d)
 	}
 	w.errDelay, w.idle, w.emptyWakes = cfg.PollInterval, cfg.PollInterval, 0
-	if w.dropBusy(); len(w.head) == 0 { // only busy keys' rows: their parts wake us
-		return w.pause(cfg.PollInterval)
-	}
 	if w.busyKeys() >= cfg.KeysInFlight {
 		return w.pause(cfg.PollInterval) // every key place is taken by slow keys
 	}

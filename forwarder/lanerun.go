@@ -43,6 +43,7 @@ type keyPart struct {
 	dels  []delivery
 	key   string
 	state atomic.Int32 // partIdle, partRunning, partDone, partSkipped, partDetached
+	halt  *atomic.Bool // its run's: a key failed, start no further key (a detached part's failure ends only its own run)
 }
 
 // States of a keyPart in a run that may detach its slow keys.
@@ -65,11 +66,14 @@ const (
 // detaches: the whole lane waits.
 func (w *laneWorker) sendRun() *runResult {
 	parts := w.split()
-	w.halt.Store(false)
+	halt := new(atomic.Bool) // a key of this run failed: start no further key
+	for i := range parts {
+		parts[i].halt = halt
+	}
 	var next atomic.Int32
 	var cut atomic.Bool
 	work := func() {
-		for !w.halt.Load() && !cut.Load() {
+		for !halt.Load() && !cut.Load() {
 			i := int(next.Add(1)) - 1
 			if i >= len(parts) {
 				return
@@ -131,6 +135,7 @@ func (w *laneWorker) detach(parts []keyPart) bool {
 		}
 		if p.state.CompareAndSwap(partRunning, partDetached) {
 			w.setBusy(p.key, true)
+			w.f.emitters.Add(1) // Close waits for it as for the worker (settleDetached ends it)
 			detached = true
 		}
 	}
@@ -162,25 +167,18 @@ func (w *laneWorker) setBusy(key string, busy bool) {
 	}
 }
 
-// dropBusy removes from the head run the rows of busy keys: they are sent by their
-// detached part, and their later rows wait for it.
-func (w *laneWorker) dropBusy() {
+// busyList lists the keys of detached parts still sending (nil when none).
+func (w *laneWorker) busyList() []string {
 	w.busyMu.Lock()
 	defer w.busyMu.Unlock()
 	if len(w.busy) == 0 {
-		return
+		return nil
 	}
-	n := 0
-	for i := range w.head {
-		if _, busy := w.busy[w.head[i].OrderingKey]; busy {
-			continue
-		}
-		if i != n {
-			w.head[n], w.head[i] = w.head[i], w.head[n]
-		}
-		n++
+	keys := make([]string, 0, len(w.busy))
+	for k := range w.busy {
+		keys = append(keys, k)
 	}
-	w.head = w.head[:n]
+	return keys
 }
 
 // settleDetached deletes the rows a detached part delivered and records its failure, as
@@ -190,6 +188,7 @@ func (w *laneWorker) settleDetached(p *keyPart) {
 	defer func() {
 		w.setBusy(p.key, false)
 		wake(w.f.laneWake[w.lane])
+		w.f.emitters.Done()
 	}()
 	if p.sent > 0 {
 		ids, seqs := make([]outbox.ID, p.sent), make([]int64, p.sent)
@@ -305,7 +304,7 @@ func (w *laneWorker) emitPart(p *keyPart) {
 			return
 		case !acked:
 			p.fail = &rowFailure{rec: rec, reason: d.failure()}
-			w.halt.Store(true)
+			p.halt.Store(true)
 			return
 		}
 		p.sent = k + 1
@@ -405,7 +404,7 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 	w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": rec.ID.String()})
 	p.sent = failed
 	p.fail = &rowFailure{rec: rec, reason: err.Error()}
-	w.halt.Store(true)
+	p.halt.Store(true)
 	return false
 }
 

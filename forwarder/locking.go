@@ -58,6 +58,12 @@ type lockClaimer struct {
 	idle     time.Duration
 	errDelay time.Duration
 	cur      cursor
+	// woken says the last batch followed a wake-up; emptyWakes counts such batches in a
+	// row that found nothing, and from the second on wake-ups before quietUntil merge
+	// into one batch then (a flood of wake-ups without rows).
+	woken      bool
+	emptyWakes int
+	quietUntil time.Time
 	rt       renewTicker
 	// recs is the array the batches' records are read into, one batch after another:
 	// lockAndEmit clears them when it returns.
@@ -104,6 +110,7 @@ func (c *lockClaimer) run() {
 			<-c.slots
 		}
 		c.cur.advance(n == limit, last)
+		c.countWake(n == 0 && err == nil)
 		delay, again := c.nextDelay(n, limit, after, err)
 		if again {
 			continue
@@ -154,11 +161,41 @@ func (c *lockClaimer) sleep(delay time.Duration) bool {
 	select {
 	case <-t.C:
 	case <-c.wake:
-		c.idle = c.cfg.PollInterval
+		c.idle, c.woken = c.cfg.PollInterval, true
+		if d := time.Until(c.quietUntil); d > 0 {
+			return c.sleepQuiet(d)
+		}
 	case <-c.f.stopping:
 		return false
 	}
 	return true
+}
+
+// countWake counts a batch that a wake-up led to and that found nothing (empty); after
+// the second in a row, wake-ups wait until min(PollInterval, wakeQuietMax) after it.
+func (c *lockClaimer) countWake(empty bool) {
+	switch {
+	case !c.woken:
+	case empty:
+		if c.emptyWakes++; c.emptyWakes >= 2 {
+			c.quietUntil = time.Now().Add(min(c.cfg.PollInterval, wakeQuietMax))
+		}
+	default:
+		c.emptyWakes = 0
+	}
+	c.woken = false
+}
+
+// sleepQuiet waits d without taking wake-ups; false when Close started.
+func (c *lockClaimer) sleepQuiet(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.f.stopping:
+		return false
+	}
 }
 
 // settleAndFree settles a batch and frees its slot.

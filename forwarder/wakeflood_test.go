@@ -11,10 +11,15 @@ import (
 	outbox "github.com/relayer-go/watermill-outbox"
 )
 
-// headCounter counts lane head reads made through it.
+// headCounter counts lane head reads and unordered locked batches made through it.
 type headCounter struct {
 	outbox.Store
-	heads atomic.Int64
+	heads, batches atomic.Int64
+}
+
+func (c *headCounter) LockBatch(ctx context.Context, p outbox.LockParams) (outbox.LockedBatch, error) {
+	c.batches.Add(1)
+	return c.Store.(outbox.BatchLocker).LockBatch(ctx, p)
 }
 
 func (c *headCounter) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Record) ([]outbox.Record, error) {
@@ -22,8 +27,9 @@ func (c *headCounter) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox
 	return c.Store.Head(ctx, q, dst)
 }
 
-// A flood of wake-ups for every lane ("*", 1,000 a second) with no rows behind them
-// costs each held lane at most one head read per PollInterval, not one per wake-up.
+// A flood of wake-ups for every lane and the unordered rows ("*", 1,000 a second) with
+// no rows behind them costs each held lane at most one head read per PollInterval, and
+// each unordered claimer one locked batch, not one per wake-up.
 // The rate is logged; the bound is a count of statements, which a slower machine only
 // lowers.
 func TestWakeUpFloodCoalesced(t *testing.T) {
@@ -46,7 +52,7 @@ func TestWakeUpFloodCoalesced(t *testing.T) {
 			all.Lanes = append(all.Lanes, l)
 		}
 		const flood = 2 * time.Second
-		before := st.heads.Load()
+		before, beforeBatches := st.heads.Load(), st.batches.Load()
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		wakes := 0
@@ -54,10 +60,14 @@ func TestWakeUpFloodCoalesced(t *testing.T) {
 			<-tick.C
 			f.Notify(all)
 		}
-		reads := st.heads.Load() - before
-		t.Logf("%d wake-ups in %s: %d head reads (%.0f/s over 16 lanes)", wakes, flood, reads, float64(reads)/flood.Seconds())
+		reads, batches := st.heads.Load()-before, st.batches.Load()-beforeBatches
+		t.Logf("%d wake-ups in %s: %d head reads (%.0f/s over 16 lanes), %d locked batches", wakes, flood, reads, float64(reads)/flood.Seconds(), batches)
 		if bound := int64(16 * (int(flood/cfg.PollInterval) + 5)); reads > bound {
 			t.Fatalf("%d head reads under %d wake-ups; want at most %d (one per lane per PollInterval)", reads, wakes, bound)
+		}
+		// Claimers (at most 3, the stores' hint) each one batch per PollInterval.
+		if bound := int64(3 * (int(flood/cfg.PollInterval) + 5)); batches > bound {
+			t.Fatalf("%d locked batches under %d wake-ups; want at most %d (one per claimer per PollInterval)", batches, wakes, bound)
 		}
 	})
 }

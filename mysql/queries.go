@@ -21,10 +21,10 @@ type queries struct {
 
 	anyUnordered     string // non-locking: is any unordered row eligible?
 	claimUnordered   string // locking head of unordered due rows
-	claimLaneLocked  string // locking head of one lane (all pending rows, in id order)
+	claimLaneLocked  string // locking head of one lane (all pending rows, in seq order)
 	claimLaneVisible string // non-locking ids of the same head, to detect skipped rows
 	laneHead         string // non-locking due and claim instants of the head row
-	laneRun          string // non-locking head of one lane (all pending rows, in id order)
+	laneRun          string // non-locking head of one lane (all pending rows, in seq order)
 	parkedKeys       string // earliest parked id per ordering key of one lane
 	leaseShare       string // lease check that holds a shared lock until commit
 	setClaim         string // prefix of the claim UPDATE; the id list follows
@@ -42,7 +42,7 @@ type queries struct {
 
 	count, statsLanes, statsParked, maxLane, nextPendingLane string
 
-	park, fail, requeue, purge string
+	park, parkLanes, fail, requeue, purge string
 
 	insert                                       [inscols.All + 1]string // "INSERT INTO ... VALUES " per optional-column set; the rows follow
 	listParked, listParkedKey, listParkedNullKey string
@@ -99,7 +99,7 @@ const eligibleWhere = `status = 'pending' AND deliver_at <= ? AND (claim_expires
 
 func newQueries(n names, lanes int) *queries {
 	q := &queries{create: createStatements(n), outboxName: n.outbox}
-	// The hot reads walk the primary key (lane, id) within one lane, in id order; due
+	// The hot reads walk the primary key (lane, seq, id) within one lane, in seq order (unordered rows: seq -1, in id order); due
 	// and claim tests filter on the way (parked rows hold lanes below -1, out of the
 	// way). It is the table's only index; the unordered reads name it all the same, so
 	// that no optimizer prefers a scan (TestExplain, both engines).
@@ -152,8 +152,13 @@ func newQueries(n names, lanes int) *queries {
 	q.nextPendingLane = fmt.Sprintf(`SELECT MIN(lane) FROM %s WHERE lane > ?`, n.outbox)
 	q.maxLane = fmt.Sprintf(`SELECT COALESCE(MAX(lane), -1), COALESCE(MIN(lane), -1) FROM %s`, n.outbox)
 
-	q.park = fmt.Sprintf(`UPDATE %s FORCE INDEX (PRIMARY) SET status = 'parked', lane = -3 - lane, last_error = ?, claim_token = NULL, claim_expires_at = NULL `+
-		`WHERE lane IN (%s) AND id = ? AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`, n.outbox, laneList(lanes))
+	// Park by id alone: an unordered row is one point of the key (lane -1, seq -1); a
+	// lane's row has no id point (the key is (lane, seq, id)), so parkLanes walks the
+	// lanes, in a READ COMMITTED transaction that keeps no lock on the rows it passes.
+	park := `UPDATE %s FORCE INDEX (PRIMARY) SET status = 'parked', lane = -3 - lane, last_error = ?, claim_token = NULL, claim_expires_at = NULL ` +
+		`WHERE %s AND id = ? AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= ?)`
+	q.park = fmt.Sprintf(park, n.outbox, "lane = -1 AND seq = -1")
+	q.parkLanes = fmt.Sprintf(park, n.outbox, "lane IN ("+laneList(lanes)[len("-1,"):]+")")
 
 	// The retry instant is NULL to keep deliver_at; attempts always changes, so affected
 	// rows is exact whatever clientFoundRows says.

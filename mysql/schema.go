@@ -130,9 +130,11 @@ func createStatements(n names) []string {
 	// to in order. Unordered rows hold lane -1 (no NULL in a primary key); a parked row
 	// holds -3 - lane (parkedLane), below -1, so parked rows sit apart from the pending
 	// ones: listings, counts and MAX(lane) read their own range. Every write names the
-	// lane of its rows (the store contract passes it), or, for Park by id alone, every
-	// lane as one point each. No index on claim_token: token claims are renewed,
-	// completed and released within their lane. deliver_at defaults to created_at, so
+	// lane of its rows (the store contract passes it) and their seqs where the caller
+	// read them (a lane run's delete, a head row's failure): an unordered row is a point
+	// (lane -1, seq -1, id); a lane's row without its seq (token claims of a lane, Park
+	// by id alone) is found by walking its lane. No index on claim_token: token claims
+	// are renewed, completed and released within their lane. deliver_at defaults to created_at, so
 	// an INSERT of rows due at once leaves it out (see Insert).
 	outboxTable := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
     id               BINARY(16)      NOT NULL,

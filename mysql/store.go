@@ -180,7 +180,7 @@ func (s *Store) head(ctx context.Context, e execQuerier, q outbox.HeadQuery, dst
 		}
 	}
 	now := q.Now.UTC().Truncate(time.Microsecond)
-	return lanehead.Read(dst, q.Limit, parked, now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+	return lanehead.Read(dst, q.Limit, lanehead.WithSkipped(parked, q.SkipKeys), now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
 		rows, err := queryB(ctx, e, s.q.laneRun, int64(q.Lane), after, int64(limit))
 		if err != nil {
 			return dst, err
@@ -738,7 +738,17 @@ func (s *Store) Park(ctx context.Context, id outbox.ID, reason string, now time.
 	if err != nil {
 		return false, wrapErr("park", err)
 	}
-	n, err := res.RowsAffected()
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return n > 0, wrapErr("park", err)
+	}
+	var n int64
+	err = s.inTxRetry(ctx, func(tx *sql.Tx) error {
+		res, err := execB(ctx, tx, s.q.parkLanes, errorText(reason), id[:], nowArg)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
 	return n > 0, wrapErr("park", err)
 }
 

@@ -63,7 +63,7 @@ type queries struct {
 
 	claimUnordered           string
 	claimLane, claimLaneHold string
-	laneRun                  string // the pending rows of one lane in id order (Head)
+	laneRun                  string // the pending rows of one lane in seq order (Head)
 	parkedKeys               string // earliest parked id per ordering key of one lane
 	completeLane, failLane   string // a lane run's delete and a head row's failure, fenced
 
@@ -276,7 +276,7 @@ func newQueries(n names, lanes int) *queries {
 //
 //   - lease: the caller's lease must be live; FOR SHARE makes a concurrent takeover wait
 //     for this statement (and re-checks the token if one committed meanwhile).
-//   - head: the first $4 pending rows of the lane in id order (rows held by a parked key
+//   - head: the first $4 pending rows of the lane in seq order (rows held by a parked key
 //     left out), each marked eligible or not.
 //   - run: the leading eligible ones; the first row not due or claimed by someone else
 //     ends the run, so it holds the rest of the lane.

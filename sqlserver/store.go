@@ -76,6 +76,9 @@ const (
 // CreateSchema runs CreateScript's statements in order on one connection, holding an
 // application lock so that concurrent calls run one after another.
 func (s *Store) CreateSchema(ctx context.Context) (err error) {
+	if err := s.checkSeq(ctx); err != nil { // an existing rows table of an earlier schema
+		return wrap("create schema", err)
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return wrap("create schema", err)
@@ -190,7 +193,7 @@ func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Recor
 			return dst[:0], wrap("head", err)
 		}
 	}
-	out, err := lanehead.Read(dst, q.Limit, parked, q.Now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+	out, err := lanehead.Read(dst, q.Limit, lanehead.WithSkipped(parked, q.SkipKeys), q.Now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
 		return s.scanPage(ctx, dst, limit, s.q.laneRun, named("n", int64(limit)), named("after", after), named("lane", int32(q.Lane)))
 	})
 	return out, wrap("head", err)
@@ -450,13 +453,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 
 // MaxLane returns the greatest lane in the table, or outbox.Unordered.
 func (s *Store) MaxLane(ctx context.Context) (int, error) {
-	var missing int
-	if err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, s.q.seqMissing).Scan(&missing) }); err != nil {
+	if err := s.checkSeq(ctx); err != nil {
 		return 0, wrap("max lane", err)
-	}
-	if missing == 1 {
-		return 0, fmt.Errorf("sqlserver: max lane: %w: table %s has no seq column (the schema before 2026-12-08), so its lanes could not follow commit order; "+
-			"drain the outbox, stop its writers, drop the rows table and run CreateSchema (sqlserver/doc.go, Schema)", outbox.ErrSchemaOutdated, s.q.outbox)
 	}
 	var lane sql.NullInt64
 	err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, s.q.maxLane).Scan(&lane) })
@@ -467,6 +465,21 @@ func (s *Store) MaxLane(ctx context.Context) (int, error) {
 		return outbox.Unordered, nil
 	}
 	return int(lane.Int64), nil
+}
+
+// checkSeq fails with an error wrapping outbox.ErrSchemaOutdated when the rows table
+// exists without the seq column (the schema before 2026-12-08): its lanes could not be
+// read in commit order. CreateSchema and the forwarder's startup check (MaxLane) run it.
+func (s *Store) checkSeq(ctx context.Context) error {
+	var missing int
+	if err := retry(ctx, func() error { return s.db.QueryRowContext(ctx, s.q.seqMissing).Scan(&missing) }); err != nil {
+		return err
+	}
+	if missing == 1 {
+		return fmt.Errorf("%w: table %s has no seq column (the schema before 2026-12-08), so its lanes could not follow commit order; "+
+			"drain the outbox, stop its writers, drop the rows table and run CreateSchema (sqlserver/doc.go, Schema)", outbox.ErrSchemaOutdated, s.q.outbox)
+	}
+	return nil
 }
 
 // PendingLanes walks the lanes below Options.Lanes holding pending rows, one index seek per lane found.
