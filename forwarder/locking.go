@@ -64,7 +64,7 @@ type lockClaimer struct {
 	woken      bool
 	emptyWakes int
 	quietUntil time.Time
-	rt       renewTicker
+	rt         renewTicker
 	// recs is the array the batches' records are read into, one batch after another:
 	// lockAndEmit clears them when it returns.
 	recs []outbox.Record

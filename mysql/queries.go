@@ -99,10 +99,10 @@ const eligibleWhere = `status = 'pending' AND deliver_at <= ? AND (claim_expires
 
 func newQueries(n names, lanes int) *queries {
 	q := &queries{create: createStatements(n), outboxName: n.outbox}
-	// The hot reads walk the primary key (lane, seq, id) within one lane, in seq order (unordered rows: seq -1, in id order); due
-	// and claim tests filter on the way (parked rows hold lanes below -1, out of the
-	// way). It is the table's only index; the unordered reads name it all the same, so
-	// that no optimizer prefers a scan (TestExplain, both engines).
+	// The hot reads walk the primary key (lane, seq, id) within one lane: a lane in seq
+	// order, the unordered rows (seq -1) in id order; due and claim tests filter on the
+	// way (parked rows hold lanes below -1, out of the way). The unordered reads name it,
+	// so that no optimizer prefers ix_seq or a scan (TestExplain, both engines).
 	q.readUnordered = fmt.Sprintf(`SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE lane = -1 AND seq = -1 AND id > ? AND %s ORDER BY id LIMIT ?`,
 		recordColumns, n.outbox, eligibleWhere)
 	q.readLane = fmt.Sprintf(`SELECT %s FROM %s WHERE lane = ? AND id > ? AND %s ORDER BY id LIMIT ?`,
