@@ -218,7 +218,7 @@ func TestMigrateToSeq(t *testing.T) {
 	if err := s.CreateSchema(ctx); err != nil {
 		t.Fatalf("CreateSchema after the migration: %v", err)
 	}
-	later := t0.Add(time.Hour)
+	later := time.Now().Add(time.Hour) // the requeued row is due at the database's now
 	if n, err := s.Requeue(ctx, outbox.ParkedFilter{All: true}); err != nil || n != 1 {
 		t.Fatalf("Requeue = %d, %v; want 1", n, err)
 	}
