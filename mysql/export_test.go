@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"strconv"
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -58,13 +59,14 @@ func WritesByIDs(s *Store, ids []outbox.ID, token outbox.Token, now time.Time, l
 	list := " AND id IN (" + string(appendIDList(nil, ids)) + ")"
 	unordered := string(appendSeqs([]byte(list), outbox.Unordered, 0, nil))
 	seqs := string(appendSeqs([]byte(list), lane, len(ids), func(i int) int64 { return int64(i + 1) }))
+	pin := " ORDER BY seq, id LIMIT " + strconv.Itoa(len(ids)) // as Complete sends it
 	return map[string]string{
-		"complete":           bind(s.q.complete+unordered, int64(outbox.Unordered), token[:], at),
-		"complete lane":      bind(s.q.completeLane+seqs, int64(lane)),
+		"complete":           bind(s.q.complete+unordered+pin, int64(outbox.Unordered), token[:], at),
+		"complete lane":      bind(s.q.completeLane+seqs+pin, int64(lane)),
 		"renew":              bind(s.q.renewUpdate+unordered, at, int64(outbox.Unordered), token[:], at),
 		"renew count":        bind(s.q.renewCount+unordered, int64(outbox.Unordered), token[:], at),
 		"release":            bind(s.q.release+unordered, int64(outbox.Unordered), token[:], at),
-		"locked batch done":  forcedIDList(s.q.lockedDelete, ids),
+		"locked batch done":  pinnedIDList(s.q.lockedDelete, ids),
 		"locked batch claim": bind(pinnedIDList(s.q.lockedClaim, ids), token[:], at),
 		"park by id alone":   bind(s.q.park, "reason", ids[0][:], at),
 		"fail":               bind(string(appendSeqs([]byte(s.q.fail), outbox.Unordered, 0, nil)), "e", []byte(nil), int64(1), int64(1), int64(outbox.Unordered), ids[0][:], token[:], at),

@@ -42,7 +42,7 @@ func (s *Store) finishBatch(ctx context.Context, tx *sql.Tx, in batchids.Set, p 
 		}
 	}
 	if ids := in.Keep(p.Done); len(ids) > 0 {
-		if _, err := execB(ctx, tx, forcedIDList(s.q.lockedDelete, ids)); err != nil {
+		if _, err := execB(ctx, tx, pinnedIDList(s.q.lockedDelete, ids)); err != nil {
 			return err
 		}
 	}
@@ -68,16 +68,6 @@ func (s *Store) finishBatch(ctx context.Context, tx *sql.Tx, in batchids.Set, p 
 		}
 	}
 	return nil
-}
-
-// forcedIDList completes prefix (a multi-table DELETE naming FORCE INDEX (PRIMARY),
-// ending in "id IN (") with ids: a DELETE takes an index hint only in that form, which
-// takes no ORDER BY or LIMIT (see pinnedIDList).
-func forcedIDList(prefix string, ids []outbox.ID) string {
-	q := make([]byte, 0, len(prefix)+len(ids)*36+2)
-	q = append(q, prefix...)
-	q = appendIDList(q, ids)
-	return string(append(q, ')'))
 }
 
 // pinnedIDList completes prefix (ending in "id IN (") with ids and ORDER BY id LIMIT n,

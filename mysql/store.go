@@ -630,6 +630,8 @@ func (s *Store) Complete(ctx context.Context, c outbox.CompleteParams) (int, err
 	b = append(b, ')')
 	b = appendSeqs(b, c.Lane, len(c.Seqs), func(i int) int64 { return c.Seqs[i] })
 	b, args = s.fence(b, args, c.Lane, c.Lease)
+	b = append(b, " ORDER BY seq, id LIMIT "...)
+	b = strconv.AppendInt(b, int64(len(c.IDs)), 10)
 	res, err := s.exec(ctx, string(b), args...)
 	if err != nil {
 		return 0, wrapErr("complete", err)

@@ -53,8 +53,11 @@ func TestExplainWritesByIDs(t *testing.T) {
 	for _, name := range names {
 		plan := explain(t, ctx, db, format+st[name])
 		t.Logf("%s: type=%s key=%s rows=%s", name, plan["type"], plan["key"], plan["rows"])
-		if plan["key"] != "PRIMARY" || plan["type"] != "range" {
-			t.Errorf("%s does not walk the primary key for its ids: %v", name, plan)
+		// ix_seq's entries hold the whole key (seq, lane, id): MariaDB takes it for a
+		// DELETE pinned by ORDER BY seq, id; its ranges are the rows' points as well.
+		fullKey := plan["key"] == "PRIMARY" || (plan["key"] == "ix_seq" && plan["key_len"] == "28")
+		if !fullKey || plan["type"] != "range" {
+			t.Errorf("%s does not walk the key for its ids: %v", name, plan)
 		}
 	}
 }
