@@ -196,10 +196,6 @@ type HeadQuery struct {
 	// HoldParkedKeys: rows of an ordering key with an earlier parked row in the lane are
 	// passed over (see Store.Head).
 	HoldParkedKeys bool
-	// SkipKeys: rows of these ordering keys are passed over like those of a parked key
-	// (neither returned nor holding the lane), so that a lane worker reads its other keys
-	// past the rows a slow key is still sending.
-	SkipKeys []string
 }
 
 // ClaimParams parameterises Store.Claim.

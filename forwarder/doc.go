@@ -219,8 +219,7 @@
 //
 // Close (or the router's close) stops claiming, lets messages in flight finish, flushes
 // their deletes, gives back the claims of rows it claimed but did not send
-// (store.Release, no attempt counted), releases every lane lease (but the lease of a
-// lane whose slow key is still sending, which is left to expire) and leaves the members
+// (store.Release, no attempt counted), releases every lane lease and leaves the members
 // table, so other forwarders take the lanes over at their next membership check (about
 // MaxPollInterval) instead of after LeaseTTL. A lane handed over to another forwarder is
 // given up the same way, after its messages in flight settle. All of it is bounded by

@@ -3,7 +3,7 @@ package forwarder
 import (
 	"context"
 	"errors"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -30,6 +30,7 @@ type laneWorker struct {
 	parts     []keyPart       // the head run cut by ordering key; reused
 	partOf    map[string]int  // ordering key → its index in parts; reused
 	res       runResult       // what sending the run did; reused
+	halt      atomic.Bool     // a key of the run failed: start no further key
 	notBefore time.Time       // a failed head is due again then (Config.Now's clock)
 	idle      time.Duration   // the next idle pause (doubles up to MaxPollInterval)
 	// emptyWakes counts the reads after wake-ups in a row that found nothing; from the
@@ -38,11 +39,7 @@ type laneWorker struct {
 	// wakeQuietMax).
 	emptyWakes int
 	quietUntil time.Time
-	// busy holds the keys of detached parts (sendRun) still sending: their rows are
-	// left out of the next runs until the part has settled.
-	busyMu   sync.Mutex
-	busy     map[string]struct{}
-	errDelay time.Duration // the next pause after a failed statement
+	errDelay   time.Duration // the next pause after a failed statement
 	// The scout's flag gates only idle polls: after a wake-up or a read that found rows
 	// the worker reads again whatever the flag says (the scout may not have seen a
 	// lane's new rows yet); after a woken read that found nothing, once more (a lagging
@@ -70,14 +67,7 @@ func (w *laneWorker) run() {
 func (w *laneWorker) exit() {
 	f := w.f
 	f.held[w.lane].Store(false)
-	if n := w.busyKeys(); n == 0 {
-		f.releaseLease(w.lane, w.h.token)
-	} else {
-		// A detached slow key may still be sending: the lease is left to expire, so that
-		// no other forwarder sends the key's later rows meanwhile (the part sends
-		// nothing more once it expires, and settles fenced by it).
-		w.log("Lane given up with slow keys still sending; its lease is left to expire", nil, watermill.LogFields{"keys": n})
-	}
+	f.releaseLease(w.lane, w.h.token)
 	f.reportLanesHeld()
 	w.h.cancel()
 	close(w.h.done)
@@ -106,10 +96,7 @@ func (w *laneWorker) step() bool {
 	var err error
 	w.takeHead()
 	f.laneSem <- struct{}{}
-	// The slow keys' rows are passed over (taken before the read: a key freed during it
-	// had its rows deleted first, and stays skipped for this run).
-	skip := w.busyList()
-	w.head, err = f.store.Head(w.h.ctx, outbox.HeadQuery{Lane: w.lane, Limit: cfg.LaneBatch, Now: now, HoldParkedKeys: cfg.HoldParkedKeys, SkipKeys: skip}, w.head)
+	w.head, err = f.store.Head(w.h.ctx, outbox.HeadQuery{Lane: w.lane, Limit: cfg.LaneBatch, Now: now, HoldParkedKeys: cfg.HoldParkedKeys}, w.head)
 	<-f.laneSem
 	switch {
 	case err != nil:
@@ -129,9 +116,6 @@ func (w *laneWorker) step() bool {
 		return w.pause(d)
 	}
 	w.errDelay, w.idle, w.emptyWakes = cfg.PollInterval, cfg.PollInterval, 0
-	if w.busyKeys() >= cfg.KeysInFlight {
-		return w.pause(cfg.PollInterval) // every key place is taken by slow keys
-	}
 	w.dels = make([]delivery, len(w.head)) // messages sent keep theirs (RowFromContext)
 	return w.settle(w.sendRun())
 }

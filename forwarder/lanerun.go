@@ -37,171 +37,33 @@ type keyPart struct {
 	sent int                // the leading rows delivered
 	fail *rowFailure
 	stop bool
-	// head and dels are the run's records and deliveries the rows index: a part that is
-	// detached (a slow key) keeps them while the worker reads the next runs into new ones.
-	head  []outbox.Record
-	dels  []delivery
-	key   string
-	state atomic.Int32 // partIdle, partRunning, partDone, partSkipped, partDetached
-	halt  *atomic.Bool // its run's: a key failed, start no further key (a detached part's failure ends only its own run)
 }
 
-// States of a keyPart in a run that may detach its slow keys.
-const (
-	partIdle int32 = iota
-	partRunning
-	partDone
-	partSkipped  // not started when the run was cut: its rows are read again
-	partDetached // still sending when the run was cut: it settles itself (settleDetached)
-)
-
-// sendRun sends the head run: each ordering key's rows in lane order, up to KeysInFlight
+// sendRun sends the head run: each ordering key's rows in id order, up to KeysInFlight
 // keys at once, and says what was delivered. After a key's row fails to be sent (the
 // target may be down), no further key of the run is started: a target outage costs a
-// lane at most KeysInFlight attempts per retry, not one per key of the run. A key still
-// sending after keyHold (a slow or hung target call) is detached: the run settles
-// without it, the key stays busy (its later rows wait) while its part goes on and
-// settles itself, and the lane's other keys flow on in the next runs, up to
-// KeysInFlight keys at once. Strict order (KeysInFlight 1, StopLaneOnPoison) never
-// detaches: the whole lane waits.
+// lane at most KeysInFlight attempts per retry, not one per key of the run.
 func (w *laneWorker) sendRun() *runResult {
 	parts := w.split()
-	halt := new(atomic.Bool) // a key of this run failed: start no further key
-	for i := range parts {
-		parts[i].halt = halt
-	}
+	w.halt.Store(false)
 	var next atomic.Int32
-	var cut atomic.Bool
 	work := func() {
-		for !halt.Load() && !cut.Load() {
+		for !w.halt.Load() {
 			i := int(next.Add(1)) - 1
 			if i >= len(parts) {
 				return
 			}
-			p := &parts[i]
-			if !p.state.CompareAndSwap(partIdle, partRunning) {
-				return // the run was cut before this part started
-			}
-			w.sendPart(p)
-			if !p.state.CompareAndSwap(partRunning, partDone) {
-				w.settleDetached(p) // detached meanwhile: it settles itself
-				return
-			}
+			w.sendPart(&parts[i])
 		}
 	}
+	// n-1 helpers and the worker itself take the parts in turn.
 	var wg sync.WaitGroup
-	for range max(min(len(parts), w.cfg.KeysInFlight-w.busyKeys()), 1) {
+	for range min(len(parts), w.cfg.KeysInFlight) - 1 {
 		wg.Go(work)
 	}
-	if w.strict() {
-		wg.Wait()
-		return w.collect(parts)
-	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	hold := time.NewTimer(w.keyHold())
-	defer hold.Stop()
-	select {
-	case <-done:
-		return w.collect(parts)
-	case <-hold.C:
-	}
-	cut.Store(true)
-	if !w.detach(parts) {
-		<-done // every part finished meanwhile
-	}
+	work()
+	wg.Wait()
 	return w.collect(parts)
-}
-
-// strict reports the modes that send a run strictly in lane order (one part).
-func (w *laneWorker) strict() bool { return w.cfg.KeysInFlight == 1 || w.cfg.StopLaneOnPoison }
-
-// keyHold is how long a run waits for its slowest keys before detaching them.
-func (w *laneWorker) keyHold() time.Duration { return min(lockHoldMax, w.cfg.LeaseTTL/4) }
-
-// detach ends a cut run: parts not started are skipped (their rows are read again),
-// parts still sending are detached and their keys marked busy. It reports whether it
-// detached any; the worker then reads its next runs into new arrays, the detached
-// parts keeping the run's records, deliveries and parts.
-func (w *laneWorker) detach(parts []keyPart) bool {
-	detached := false
-	for i := range parts {
-		p := &parts[i]
-		if p.state.CompareAndSwap(partIdle, partSkipped) {
-			continue
-		}
-		if p.state.CompareAndSwap(partRunning, partDetached) {
-			w.setBusy(p.key, true)
-			w.f.emitters.Add(1) // Close waits for it as for the worker (settleDetached ends it)
-			detached = true
-		}
-	}
-	if detached {
-		w.log("Slow keys of a lane run detached; the lane's other keys go on", nil, nil)
-		w.head, w.dels, w.parts = nil, nil, nil
-	}
-	return detached
-}
-
-// busyKeys counts the keys of detached parts still sending.
-func (w *laneWorker) busyKeys() int {
-	w.busyMu.Lock()
-	defer w.busyMu.Unlock()
-	return len(w.busy)
-}
-
-// setBusy marks key busy (a detached part sends its rows) or free again.
-func (w *laneWorker) setBusy(key string, busy bool) {
-	w.busyMu.Lock()
-	defer w.busyMu.Unlock()
-	if busy {
-		if w.busy == nil {
-			w.busy = map[string]struct{}{}
-		}
-		w.busy[key] = struct{}{}
-	} else {
-		delete(w.busy, key)
-	}
-}
-
-// busyList lists the keys of detached parts still sending (nil when none).
-func (w *laneWorker) busyList() []string {
-	w.busyMu.Lock()
-	defer w.busyMu.Unlock()
-	if len(w.busy) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(w.busy))
-	for k := range w.busy {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-// settleDetached deletes the rows a detached part delivered and records its failure, as
-// a run's settle does (fenced by the lease, retried while it may be live; what is not
-// deleted is sent again), then frees its key and wakes the worker.
-func (w *laneWorker) settleDetached(p *keyPart) {
-	defer func() {
-		w.setBusy(p.key, false)
-		wake(w.f.laneWake[w.lane])
-		w.f.emitters.Done()
-	}()
-	if p.sent > 0 {
-		ids, seqs := make([]outbox.ID, p.sent), make([]int64, p.sent)
-		for k, r := range p.rows[:p.sent] {
-			ids[k], seqs[k] = p.head[r].ID, p.head[r].Seq
-		}
-		if !w.complete(ids, seqs) {
-			return
-		}
-	}
-	if p.fail != nil {
-		w.fail(p.fail)
-	}
 }
 
 // split cuts the head run into one part per ordering key (reusing the worker's
@@ -221,7 +83,7 @@ func (w *laneWorker) split() []keyPart {
 		k, ok := w.partOf[w.head[i].OrderingKey]
 		if !ok {
 			k = len(w.parts)
-			w.nextPart().key = w.head[i].OrderingKey
+			w.nextPart()
 			w.partOf[w.head[i].OrderingKey] = k
 		}
 		w.parts[k].rows = append(w.parts[k].rows, i)
@@ -232,15 +94,13 @@ func (w *laneWorker) split() []keyPart {
 // nextPart appends an empty part to w.parts, reusing the storage of an earlier run's.
 func (w *laneWorker) nextPart() *keyPart {
 	if len(w.parts) == cap(w.parts) {
-		w.parts = append(w.parts, keyPart{head: w.head, dels: w.dels})
+		w.parts = append(w.parts, keyPart{})
 		return &w.parts[len(w.parts)-1]
 	}
 	w.parts = w.parts[:len(w.parts)+1]
 	p := &w.parts[len(w.parts)-1]
 	clear(p.msgs[:cap(p.msgs)]) // the last run's messages: let them go
-	p.rows, p.msgs, p.sent, p.fail, p.stop, p.key = p.rows[:0], p.msgs[:0], 0, nil, false, ""
-	p.head, p.dels = w.head, w.dels
-	p.state.Store(partIdle)
+	*p = keyPart{rows: p.rows[:0], msgs: p.msgs[:0]}
 	return p
 }
 
@@ -250,12 +110,9 @@ func (w *laneWorker) collect(parts []keyPart) *runResult {
 	res.sent, res.seqs, res.fails, res.stop = res.sent[:0], res.seqs[:0], res.fails[:0], false
 	for i := range parts {
 		p := &parts[i]
-		if st := p.state.Load(); st == partSkipped || st == partDetached {
-			continue // not started, or settling itself
-		}
 		for _, r := range p.rows[:p.sent] {
-			res.sent = append(res.sent, p.head[r].ID)
-			res.seqs = append(res.seqs, p.head[r].Seq)
+			res.sent = append(res.sent, w.head[r].ID)
+			res.seqs = append(res.seqs, w.head[r].Seq)
 		}
 		if p.fail != nil {
 			res.fails = append(res.fails, *p.fail)
@@ -287,8 +144,8 @@ func (w *laneWorker) emitPart(p *keyPart) {
 		if w.draining() || !w.h.live(f.mono()) {
 			return
 		}
-		rec := &p.head[i]
-		msg, d, reason := w.prepare(p, i)
+		rec := &w.head[i]
+		msg, d, reason := w.prepare(i)
 		if reason != "" {
 			p.fail = &rowFailure{rec: rec, reason: reason, park: true}
 			return
@@ -304,7 +161,7 @@ func (w *laneWorker) emitPart(p *keyPart) {
 			return
 		case !acked:
 			p.fail = &rowFailure{rec: rec, reason: d.failure()}
-			p.halt.Store(true)
+			w.halt.Store(true)
 			return
 		}
 		p.sent = k + 1
@@ -344,7 +201,7 @@ func (w *laneWorker) publishPart(p *keyPart) {
 		}
 		p.sent = end
 		if reason != "" {
-			p.fail = &rowFailure{rec: &p.head[p.rows[end]], reason: reason, park: true}
+			p.fail = &rowFailure{rec: &w.head[p.rows[end]], reason: reason, park: true}
 			return
 		}
 	}
@@ -353,16 +210,16 @@ func (w *laneWorker) publishPart(p *keyPart) {
 // batch prepares in p.msgs the rows of p from start that go in one Publish call; end
 // is the row after them, and reason is set when that row cannot be sent at all.
 func (w *laneWorker) batch(p *keyPart, start int) (end int, reason string) {
-	first := &p.head[p.rows[start]]
+	first := &w.head[p.rows[start]]
 	p.msgs = p.msgs[:0]
 	for end = start; end < len(p.rows); end++ {
-		r := &p.head[p.rows[end]]
+		r := &w.head[p.rows[end]]
 		if end > start && (r.Transport != first.Transport || r.Destination != first.Destination ||
 			r.Attempts > 0 || first.Attempts > 0) {
 			break // a row that failed before goes alone: its next failure is its own
 		}
 		var msg *message.Message
-		if msg, _, reason = w.prepare(p, p.rows[end]); reason != "" {
+		if msg, _, reason = w.prepare(p.rows[end]); reason != "" {
 			break
 		}
 		p.msgs = append(p.msgs, msg)
@@ -375,7 +232,7 @@ func (w *laneWorker) batch(p *keyPart, start int) (end int, reason string) {
 func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 	f := w.f
 	counters := &f.counters[w.lane+1]
-	first := &p.head[p.rows[start]]
+	first := &w.head[p.rows[start]]
 	counters.inFlight.Add(int64(len(p.msgs)))
 	f.reportInFlight(w.lane)
 	returned, err := w.publish(first.Transport, first.Destination, p.msgs)
@@ -390,7 +247,7 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 		// Which of the messages went out is unknown: send them one at a time, so that
 		// the failure lands on the row that causes it (a poison message must not fail
 		// the rows before it). Those already sent are sent again.
-		failed, err = w.publishSingles(p, p.rows[start:start+len(p.msgs)])
+		failed, err = w.publishSingles(p.rows[start : start+len(p.msgs)])
 		failed += start
 	}
 	if err == nil {
@@ -400,11 +257,11 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 		p.sent, p.msgs, p.stop = failed, nil, true
 		return false
 	}
-	rec := &p.head[p.rows[failed]]
+	rec := &w.head[p.rows[failed]]
 	w.log("Publishing a lane row failed; it is retried after backoff", err, watermill.LogFields{"row_id": rec.ID.String()})
 	p.sent = failed
 	p.fail = &rowFailure{rec: rec, reason: err.Error()}
-	p.halt.Store(true)
+	w.halt.Store(true)
 	return false
 }
 
@@ -412,8 +269,8 @@ func (w *laneWorker) publishBatch(p *keyPart, start int) bool {
 // The message takes the row's payload rather than a copy, and its delivery is the
 // row's slot of the run's deliveries (one allocation per run): takeHead drops both
 // before the next read, which therefore cannot overwrite a payload a message holds.
-func (w *laneWorker) prepare(p *keyPart, i int) (*message.Message, *delivery, string) {
-	msg, d, reason := w.f.prepareRow(&p.head[i], true, &p.dels[i])
+func (w *laneWorker) prepare(i int) (*message.Message, *delivery, string) {
+	msg, d, reason := w.f.prepareRow(&w.head[i], true, &w.dels[i])
 	if msg != nil && w.f.direct {
 		toTarget(msg, d)
 	}
@@ -423,13 +280,13 @@ func (w *laneWorker) prepare(p *keyPart, i int) (*message.Message, *delivery, st
 // publishSingles publishes the head rows at indexes rows (all of which prepare
 // accepted) one Publish call each, in order, and returns the position in rows of the
 // first that failed, with its error.
-func (w *laneWorker) publishSingles(p *keyPart, rows []int) (int, error) {
+func (w *laneWorker) publishSingles(rows []int) (int, error) {
 	for k, i := range rows {
 		if !w.h.live(w.f.mono()) {
 			return k, errLeaseDeadline
 		}
-		r := &p.head[i]
-		msg, _, _ := w.prepare(p, i)
+		r := &w.head[i]
+		msg, _, _ := w.prepare(i)
 		returned, err := w.publish(r.Transport, r.Destination, []*message.Message{msg})
 		if !returned {
 			return k, errAbandoned

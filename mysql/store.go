@@ -180,7 +180,7 @@ func (s *Store) head(ctx context.Context, e execQuerier, q outbox.HeadQuery, dst
 		}
 	}
 	now := q.Now.UTC().Truncate(time.Microsecond)
-	return lanehead.Read(dst, q.Limit, lanehead.WithSkipped(parked, q.SkipKeys), now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+	return lanehead.Read(dst, q.Limit, parked, now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
 		rows, err := queryB(ctx, e, s.q.laneRun, int64(q.Lane), after, int64(limit))
 		if err != nil {
 			return dst, err

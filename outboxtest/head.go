@@ -19,7 +19,6 @@ func headTests() []subtest {
 		{"HoldParkedKeysAcrossPages", testHeadParkedPages},
 		{"CompleteRunFencedByLease", testHeadCompleteRun},
 		{"FailHeadRowFencedByLease", testHeadFail},
-		{"SkipKeysPassedOver", testHeadSkipKeys},
 		{"LockedHeadNotSkipped", testHeadLocked},
 	}
 }
@@ -188,28 +187,4 @@ func testHeadLocked(t *testing.T, h Harness) {
 	}
 	release()
 	sameIDs(t, "Head after the head's lock is released", ids(e.head(2, 10, at(0), false)), ids(recs))
-}
-
-// SkipKeys passes over the rows of those keys (a slow key a lane worker still sends)
-// without their holding the lane, even when they fill the first pages or are not due.
-func testHeadSkipKeys(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	keys := keysInLane(2, testLanes, 2)
-	a, b := keys[0], keys[1]
-	var slow, rest []outbox.Record
-	for range 5 {
-		slow = append(slow, laneRecord(a, at(0)))
-	}
-	slow[4].DeliverAt = at(time.Hour) // would hold the lane if it counted
-	for range 3 {
-		rest = append(rest, laneRecord(b, at(0)))
-	}
-	e.insert(slow...)
-	e.insert(rest...)
-	got, err := e.store.Head(e.ctx, outbox.HeadQuery{Lane: 2, Limit: 3, Now: at(0), SkipKeys: []string{a}}, nil)
-	if err != nil {
-		t.Fatalf("Head with SkipKeys: %v", err)
-	}
-	sameIDs(t, "Head skipping the slow key", ids(got), ids(rest))
-	sameIDs(t, "Head without SkipKeys", ids(e.head(2, 10, at(0), false)), ids(slow[:4]))
 }

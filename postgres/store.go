@@ -150,7 +150,7 @@ func (s *Store) Head(ctx context.Context, q outbox.HeadQuery, dst []outbox.Recor
 			return dst[:0], wrap("head", err)
 		}
 	}
-	out, err := lanehead.Read(dst, q.Limit, lanehead.WithSkipped(parked, q.SkipKeys), q.Now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
+	out, err := lanehead.Read(dst, q.Limit, parked, q.Now, func(dst []outbox.Record, after int64, limit int) ([]outbox.Record, error) {
 		return s.scanPage(ctx, dst, limit, s.q.laneRun, q.Lane, after, limit)
 	})
 	return out, wrap("head", err)

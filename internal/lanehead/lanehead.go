@@ -3,7 +3,6 @@
 package lanehead
 
 import (
-	"math"
 	"time"
 
 	outbox "github.com/relayer-go/watermill-outbox"
@@ -66,20 +65,4 @@ func Read(dst []outbox.Record, limit int, parked map[string]int64, now time.Time
 			return out, nil
 		}
 	}
-}
-
-// WithSkipped returns parked with every key of skip added as held from the start (the
-// rows of a key another sender still has in flight: outbox.HeadQuery.SkipKeys), so that
-// Keep passes them over as it does a parked key's. parked may be nil.
-func WithSkipped(parked map[string]int64, skip []string) map[string]int64 {
-	if len(skip) == 0 {
-		return parked
-	}
-	if parked == nil {
-		parked = make(map[string]int64, len(skip))
-	}
-	for _, k := range skip {
-		parked[k] = math.MinInt64
-	}
-	return parked
 }
