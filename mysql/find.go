@@ -31,11 +31,11 @@ func FindIndexScript(opts outbox.Options) (string, error) {
 
 var _ outbox.Finder = (*Store)(nil)
 
-// FindRows returns the rows q selects (see outbox.Finder). Every statement reads a range
-// of the primary key (lane, id) or the message_uuid index: a UUID through the index when
-// the table has one, else within its window's id range over every lane; an ordering
-// key in its lane and its lane's parked range; a window with a topic over every lane's
-// id range (the window bounds the rows read).
+// FindRows returns the rows q selects (see outbox.Finder). Every statement reads the
+// primary key (lane, seq, id) or the message_uuid index: a UUID through the index when
+// the table has one; an ordering key its lane and its lane's parked range; a window
+// (with a UUID or a topic) the unordered rows' id range (lane -1, seq -1) and the lanes'
+// rows whole, since no id bounds a lane's seq order (TestExplainFind).
 func (s *Store) FindRows(ctx context.Context, q outbox.FindQuery) ([]outbox.Record, bool, error) {
 	if err := q.Validate(); err != nil {
 		return nil, false, invalid(err)
